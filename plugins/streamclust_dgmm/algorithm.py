@@ -1,0 +1,180 @@
+"""D-GMM: truncated-posterior EM for an isotropic GMM with stochastic candidate search
+(Exarchakis et al., paper 004; ALGORITHMS.md §1).
+
+Choices where the paper is silent (recorded here as ALGORITHMS.md asks):
+* S pair weight is ``exp(-(d_i + d_j - 2 min_c d_c) / 2σ²)`` (scale-free form of eq. 12);
+  S is rebuilt every epoch from that epoch's truncated posteriors.
+* K(n) is kept sorted by distance, so ``c̄_n = K(n)[0]`` and no distances are stored.
+* σ² starts at the variance of all entries around the (weighted) feature means, and uses the
+  E-step distances (to the old means), as ALGORITHMS.md states; it is floored at 1e-12 × that
+  start value so that duplicated data cannot make it zero.
+* H and R are clipped to the number of clusters: ``H ≤ M`` and ``H + R ≤ M``.
+* Random numbers are counter-based per (seed, epoch, row), so the result does not depend on the
+  batch size; the only run-to-run difference with another thread count is summation order.
+* Convergence: ``|ΔF / F| < tol`` between two epochs, F the truncated free energy per row.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from streamclust import Algorithm, Assignment, EpochReport, Param, Requirements
+from streamclust.distances import nearest_center
+from streamclust.errors import ParameterError
+from streamclust.executor import weights_of
+from streamclust.summaries import afkmc2, afkmc2_stream, auto_trials, kmeanspp
+
+from .kernels import Accum, EStepConfig, GMMParams, SimRows, estep, posterior
+from .similarity import PairSums, dense_to_rows, pairs_to_rows
+
+DENSE_S_MAX = 2048
+
+
+def _pos(v):
+    return v > 0
+
+
+def _nonneg(v):
+    return v >= 0
+
+
+def estep_step(batch, state, params):
+    """One batch of the E-step: a plain function of its arguments (runs on any executor)."""
+    (K,) = state
+    prm, sim, cfg, threads = params
+    M, D = prm.means.shape
+    n = len(batch.X)
+    T = max(1, min(threads, n))
+    npairs = cfg.H * (cfg.H - 1) // 2
+    acc = Accum(np.zeros((T, M, D)), np.zeros((T, M)), np.zeros((T, 4)),
+                np.zeros((T, M, M) if cfg.dense else (1, 1, 1)),
+                np.zeros(0 if cfg.dense else n * npairs, np.int64),
+                np.zeros(0 if cfg.dense else n * npairs))
+    if n:
+        estep(batch.X, weights_of(batch), K, prm, sim, cfg._replace(row_start=batch.start), acc)
+    S = acc.S.sum(axis=0) if cfg.dense else PairSums.from_pairs(acc.pair_key, acc.pair_val)
+    return acc.sum_qy.sum(axis=0), acc.sum_q.sum(axis=0), acc.scal.sum(axis=0), S
+
+
+class DGMM(Algorithm):
+    """Isotropic GMM with truncated posteriors over H clusters per row, R new candidates per
+    row and epoch drawn from the cluster-similarity matrix S."""
+
+    name = "dgmm"
+    version = "1"
+    params = {
+        "truncation": Param(5, int, "H: clusters kept per row", (_pos, "must be >= 1")),
+        "candidates": Param(5, int, "R: new candidate clusters drawn per row and epoch",
+                            (_nonneg, "must be >= 0")),
+        "coreset_size": Param(0, int, "N': lightweight coreset size (0: the full data)",
+                              (_nonneg, "must be >= 0")),
+        "chain_length": Param(5, int, "AFK-MC2 Markov chain length m", (_pos, "must be >= 1")),
+        "seeding_trials": Param(0, int, "AFK-MC2 chains per centre, keeping the one that lowers "
+                                "the potential most (0: 2 + ln M; 1: the paper's plain AFK-MC2)",
+                                (_nonneg, "must be >= 0")),
+        "tol": Param(1e-3, float, "stop when |ΔF/F| < tol", (_pos, "must be > 0")),
+        "init": Param("afkmc2", str, "seeding of the means", choices=("afkmc2", "kmeans++")),
+        "sigma2_init": Param("hard", str, "first E-step: 'hard' assignments to the nearest "
+                             "candidate (σ² → 0; σ² then comes from the M-step), or 'variance' "
+                             "(σ² = variance of all entries)", choices=("hard", "variance")),
+        "similarity": Param("auto", str, "S storage: dense M×M, sparse pair sums, or auto "
+                            f"(dense up to M={DENSE_S_MAX})", choices=("auto", "dense", "sparse")),
+        "similarity_top": Param(64, int, "entries kept per row of a sparse S for sampling",
+                                (_pos, "must be >= 1")),
+    }
+    contract_params = {"coreset_size": 0}
+
+    def requirements(self):
+        return Requirements(coreset=self.hyper["coreset_size"])
+
+    # -- fitting ----------------------------------------------------------------------------
+    def start(self, ctx):
+        h = self.hyper
+        M = self.n_clusters
+        self.H_ = min(h["truncation"], M)
+        self.R_ = min(h["candidates"], M - self.H_)
+        self.dense_ = h["similarity"] == "dense" or (h["similarity"] == "auto" and M <= DENSE_S_MAX)
+        self._view = ctx.coreset(h["coreset_size"]) if h["coreset_size"] else None
+        rng = ctx.rng(1)
+        trials = h["seeding_trials"] or auto_trials(M)
+        if self._view is not None:
+            X, w = self._view.X, self._view.weights
+            if h["init"] == "afkmc2":
+                means, evals = afkmc2(X, M, h["chain_length"], rng, w, trials)
+            else:
+                means, evals = kmeanspp(X, M, rng, w)
+            W = w.sum()
+            mu = (w[:, None] * X).sum(axis=0) / W
+            var = float((w * ((X - mu) ** 2).sum(axis=1)).sum() / (W * X.shape[1]))
+        else:
+            if h["init"] == "afkmc2":
+                means, evals = afkmc2_stream(ctx, M, h["chain_length"], rng, trials)
+            else:  # k-means++ on a uniform sample of the rows
+                ids = np.sort(rng.choice(ctx.n_rows, size=min(ctx.n_rows, max(20 * M, 10000)),
+                                         replace=False))
+                means, evals = kmeanspp(ctx.take(ids), M, rng)
+            stats = ctx.batch_stats()
+            n = sum(v[0] for v in stats.values())
+            sx = sum(v[1] for v in stats.values())
+            sxx = sum(v[2] for v in stats.values())
+            var = max(sxx - float(sx @ sx) / n, 0.0) / (n * ctx.n_features)
+        ctx.count_distances(evals)
+        self.means_ = np.ascontiguousarray(means, dtype=np.float64)
+        self.sigma2_ = var if var > 0 else 1.0
+        self._sigma2_floor = 1e-12 * self.sigma2_
+        self.sim_ = SimRows(np.zeros(M + 1, np.int64), np.zeros(0, np.int32), np.zeros(0))
+        n_view = self._view.n_rows if self._view is not None else ctx.n_rows
+        self._K = ctx.row_state("dgmm_K", (n_view, self.H_), np.int32, fill=-1)
+        self.free_energy_ = None
+
+    def run_epoch(self, ctx) -> EpochReport:
+        M, D = self.means_.shape
+        cfg = EStepConfig(self.H_, self.R_, self.seed, ctx.epoch, 0, self.dense_)
+        hard = ctx.epoch == 0 and self.hyper["sigma2_init"] == "hard"
+        sigma2 = 1e-300 if hard else float(self.sigma2_)
+        params = (GMMParams(self.means_, sigma2), self.sim_, cfg,
+                  numba.get_num_threads())
+        sum_qy, sum_q, scal, S = ctx.aggregate(estep_step, params, data=self._view,
+                                              state=(self._K.array,))
+        W, wqd, wlse, evals = scal
+        live = sum_q > 0
+        self.means_[live] = sum_qy[live] / sum_q[live, None]
+        if hard:  # bound of the hard posterior at (old means, new σ²): Σ w d_min = D W σ²
+            self.sigma2_ = max(wqd / (D * W), self._sigma2_floor)
+            F = -0.5 * D - 0.5 * D * np.log(2 * np.pi * self.sigma2_) - np.log(M)
+        else:
+            F = wlse / W - 0.5 * D * np.log(2 * np.pi * self.sigma2_) - np.log(M)
+            self.sigma2_ = max(wqd / (D * W), self._sigma2_floor)
+        self.sim_ = dense_to_rows(S) if self.dense_ else pairs_to_rows(S, M, self.hyper["similarity_top"])
+        prev, self.free_energy_ = self.free_energy_, float(F)
+        converged = prev is not None and abs((F - prev) / F) < self.hyper["tol"]
+        return EpochReport(objective=float(F), converged=converged, rows=int(len(self._K.array)),
+                           distance_evaluations=int(evals),
+                           extras={"sigma2": float(self.sigma2_), "empty_clusters": int((~live).sum())})
+
+    # -- prediction and state -----------------------------------------------------------------
+    @property
+    def cluster_centers_(self):
+        return self.means_
+
+    def predict(self, X, soft=False) -> Assignment:
+        labels, _ = nearest_center(X, self.means_)
+        P = None
+        if soft:
+            P = np.empty((len(X), self.n_clusters))
+            posterior(np.ascontiguousarray(X, dtype=np.float32), self.means_, float(self.sigma2_), P)
+        return Assignment(labels, soft=P)
+
+    def state(self) -> dict:
+        return {"means": self.means_, "sigma2": np.array(self.sigma2_),
+                "free_energy": self.free_energy_}
+
+    def set_state(self, state: dict) -> None:
+        means = np.asarray(state["means"], dtype=np.float64)
+        sigma2 = float(np.asarray(state["sigma2"]))
+        if means.ndim != 2 or means.shape[0] != self.n_clusters:
+            raise ParameterError(f"means must have shape ({self.n_clusters}, d), got {means.shape}")
+        if not (np.isfinite(means).all() and np.isfinite(sigma2) and sigma2 > 0):
+            raise ParameterError("means and sigma2 must be finite, sigma2 > 0")
+        self.means_, self.sigma2_ = means, sigma2
+        self.free_energy_ = state.get("free_energy")

@@ -1,0 +1,54 @@
+"""The cluster-similarity matrix S of D-GMM: accumulation as pair sums (sparse) and conversion
+to the CSR rows that the sampling kernel reads."""
+from __future__ import annotations
+
+import numpy as np
+
+from .kernels import SimRows
+
+
+class PairSums:
+    """Coalesced sums over unordered cluster pairs, keyed ``lo * M + hi``; ``+`` merges."""
+
+    def __init__(self, keys: np.ndarray, vals: np.ndarray):
+        self.keys, self.vals = keys, vals
+
+    @classmethod
+    def from_pairs(cls, keys, vals):
+        if len(keys) == 0:
+            return cls(np.zeros(0, np.int64), np.zeros(0))
+        uk, inv = np.unique(keys, return_inverse=True)
+        return cls(uk, np.bincount(inv, weights=vals, minlength=len(uk)))
+
+    def __add__(self, other: "PairSums") -> "PairSums":
+        return PairSums.from_pairs(np.concatenate([self.keys, other.keys]),
+                                   np.concatenate([self.vals, other.vals]))
+
+
+def _csr(rows, cols, vals, M) -> SimRows:
+    order = np.lexsort((cols, rows))
+    rows, cols, vals = rows[order], cols[order], vals[order]
+    indptr = np.zeros(M + 1, np.int64)
+    np.cumsum(np.bincount(rows, minlength=M), out=indptr[1:])
+    return SimRows(indptr, cols.astype(np.int32), vals.astype(np.float64))
+
+
+def dense_to_rows(S: np.ndarray) -> SimRows:
+    rows, cols = np.nonzero(S > 0)
+    return _csr(rows, cols, S[rows, cols], S.shape[0])
+
+
+def pairs_to_rows(p: PairSums, M: int, top: int) -> SimRows:
+    lo, hi = p.keys // M, p.keys % M
+    rows = np.concatenate([lo, hi])
+    cols = np.concatenate([hi, lo])
+    vals = np.concatenate([p.vals, p.vals])
+    keep = vals > 0
+    rows, cols, vals = rows[keep], cols[keep], vals[keep]
+    # keep the ``top`` largest entries of every row
+    order = np.lexsort((-vals, rows))
+    rows, cols, vals = rows[order], cols[order], vals[order]
+    start = np.searchsorted(rows, np.arange(M))
+    rank = np.arange(len(rows)) - start[rows]
+    keep = rank < top
+    return _csr(rows[keep], cols[keep], vals[keep], M)

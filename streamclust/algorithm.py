@@ -1,0 +1,141 @@
+"""The algorithm contract: what a plugin implements, and the small records it exchanges."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar
+
+import numpy as np
+
+from .errors import ParameterError
+
+
+@dataclass(frozen=True)
+class Param:
+    """One hyper-parameter: default, type (int, float, str, bool), doc, and an optional check
+    (a predicate with the sentence shown when it fails) or a tuple of allowed choices."""
+
+    default: Any
+    type: type
+    doc: str
+    check: tuple[Callable[[Any], bool], str] | None = None
+    choices: tuple | None = None
+
+    def convert(self, name: str, value):
+        if isinstance(value, str) and self.type is not str:
+            text = value.strip()
+            try:
+                if self.type is bool:
+                    if text.lower() not in ("1", "0", "true", "false", "yes", "no"):
+                        raise ValueError(text)
+                    value = text.lower() in ("1", "true", "yes")
+                else:
+                    value = self.type(float(text)) if self.type is int and "e" in text.lower() \
+                        else self.type(text)
+            except ValueError:
+                raise ParameterError(f"parameter '{name}': cannot read {value!r} as "
+                                     f"{self.type.__name__}") from None
+        elif self.type is float and isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+            value = float(value)
+        elif self.type is int and isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if self.type is int and isinstance(value, np.integer):
+            value = int(value)
+        if self.type is float and isinstance(value, np.floating):
+            value = float(value)
+        if not isinstance(value, self.type) or (self.type is int and isinstance(value, bool)):
+            raise ParameterError(f"parameter '{name}' must be {self.type.__name__}, got {value!r}")
+        if self.choices is not None and value not in self.choices:
+            raise ParameterError(f"parameter '{name}' must be one of {list(self.choices)}, got {value!r}")
+        if self.check is not None and not self.check[0](value):
+            raise ParameterError(f"parameter '{name}' {self.check[1]}, got {value!r}")
+        return value
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """What an algorithm needs the engine to prepare.  ``coreset`` is a size (0: none)."""
+
+    coreset: int = 0
+    knn: int = 0
+    sample: int = 0
+    multi_epoch: bool = True
+
+
+@dataclass
+class EpochReport:
+    """What one epoch produced.  ``extras`` holds algorithm-specific numbers (JSON-able)."""
+
+    objective: float
+    converged: bool = False
+    rows: int = 0
+    distance_evaluations: int = 0
+    extras: dict = field(default_factory=dict)
+
+
+@dataclass
+class Assignment:
+    """Prediction result: int32 labels in ``[0, k)`` (-1: none), optional soft assignments."""
+
+    labels: np.ndarray
+    soft: np.ndarray | None = None
+    scores: np.ndarray | None = None
+
+
+class Algorithm:
+    """Base class of every clustering algorithm (built-in or from a plugin).
+
+    Subclasses set ``name``, ``version``, ``params`` (a dict of :class:`Param`) and implement
+    ``start``, ``run_epoch``, ``predict``, ``state`` and ``set_state``.  Fitted attributes end in
+    ``_``.  ``cluster_centers_`` (k × d), when present, makes the model a centroid model.
+    """
+
+    name: ClassVar[str] = ""
+    version: ClassVar[str] = "0"
+    params: ClassVar[dict[str, Param]] = {}
+    #: parameters used by the contract suite (small, fast settings)
+    contract_params: ClassVar[dict] = {}
+
+    def __init__(self, n_clusters: int, *, seed: int = 0, **hyper):
+        if isinstance(n_clusters, bool) or not isinstance(n_clusters, (int, np.integer)) or n_clusters < 1:
+            raise ParameterError(f"n_clusters must be a positive integer, got {n_clusters!r}")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ParameterError(f"seed must be a non-negative integer, got {seed!r}")
+        unknown = sorted(set(hyper) - set(self.params))
+        if unknown:
+            raise ParameterError(f"unknown parameter(s) {unknown} for algorithm '{self.name}'; "
+                                 f"known: {sorted(self.params)}")
+        self.n_clusters = int(n_clusters)
+        self.seed = int(seed)
+        self.hyper = {k: p.convert(k, hyper.get(k, p.default)) for k, p in self.params.items()}
+        self.validate()
+
+    def validate(self) -> None:
+        """Cross-parameter checks; raise :class:`ParameterError`."""
+
+    def requirements(self) -> Requirements:
+        return Requirements()
+
+    def start(self, ctx) -> None:
+        raise NotImplementedError
+
+    def run_epoch(self, ctx) -> EpochReport:
+        raise NotImplementedError
+
+    def predict(self, X: np.ndarray, soft: bool = False) -> Assignment:
+        raise NotImplementedError
+
+    def state(self) -> dict:
+        """Fitted state: NumPy arrays go to ``arrays.npz``, everything else to JSON."""
+        raise NotImplementedError
+
+    def set_state(self, state: dict) -> None:
+        raise NotImplementedError
+
+    @classmethod
+    def from_state(cls, params: dict, state: dict) -> "Algorithm":
+        algo = cls(params["n_clusters"], seed=params.get("seed", 0), **params.get("hyper", {}))
+        algo.set_state(state)
+        return algo
+
+    def get_params(self) -> dict:
+        return {"n_clusters": self.n_clusters, "seed": self.seed, "hyper": dict(self.hyper)}

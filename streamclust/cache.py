@@ -1,0 +1,126 @@
+"""The float32 feature cache and memory-mapped per-row state.
+
+The first pass over a source writes its validated features to ``features.f32`` in the run's work
+directory (written to a temporary name, then renamed); later epochs memory-map it, so the OS page
+cache, not the Python heap, holds the data.  A cache whose source fingerprint matches is reused.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Callable, Iterator
+
+import numpy as np
+
+from .errors import DataError
+from .sources import Batch, Data
+
+CACHE_FILE = "features.f32"
+CACHE_META = "features.json"
+
+
+def _atomic_json(path: str, obj) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1)
+    os.replace(tmp, path)
+
+
+class FeatureCache:
+    """Row-aligned float32 features (``n_rows × n_features``), memory-mapped read-only."""
+
+    def __init__(self, X: np.ndarray, meta: dict):
+        self.X = X
+        self.meta = meta
+
+    @property
+    def n_rows(self) -> int:
+        return self.X.shape[0]
+
+    @property
+    def n_features(self) -> int:
+        return self.X.shape[1]
+
+    @property
+    def skipped(self) -> int:
+        return int(self.meta.get("skipped", 0))
+
+    def iter_batches(self, batch_size: int) -> Iterator[Batch]:
+        for s in range(0, self.n_rows, batch_size):
+            yield Batch(s, self.X[s:s + batch_size])
+
+    def take(self, row_ids) -> np.ndarray:
+        """A float32 copy of the given rows (random access through the memory map)."""
+        ids = np.asarray(row_ids, dtype=np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.n_rows):
+            raise IndexError(f"row id out of range [0, {self.n_rows})")
+        return np.ascontiguousarray(self.X[ids], dtype=np.float32)
+
+    @classmethod
+    def open(cls, work_dir: str) -> "FeatureCache | None":
+        meta_path = os.path.join(work_dir, CACHE_META)
+        path = os.path.join(work_dir, CACHE_FILE)
+        if not (os.path.exists(meta_path) and os.path.exists(path)):
+            return None
+        with open(meta_path) as f:
+            meta = json.load(f)
+        n, d = meta["n_rows"], meta["n_features"]
+        if os.path.getsize(path) != n * d * 4:
+            return None
+        X = np.memmap(path, dtype=np.float32, mode="r", shape=(n, d)) if n else \
+            np.zeros((0, d), np.float32)
+        return cls(X, meta)
+
+    @classmethod
+    def build(cls, data: Data, work_dir: str, batch_size: int,
+              progress: Callable[[int], None] | None = None) -> "FeatureCache":
+        """Write (or reuse) the cache of ``data`` in ``work_dir``; validate every value."""
+        key = {"fingerprint": data.source.fingerprint(), "spec": data.spec.to_json(),
+               "on_invalid": data.on_invalid, "n_features": data.n_features}
+        if key["fingerprint"] is not None:
+            old = cls.open(work_dir)
+            if old is not None and all(old.meta.get(k) == v for k, v in key.items()):
+                return old
+        path = os.path.join(work_dir, CACHE_FILE)
+        tmp = path + ".tmp"
+        n = skipped = n_source = 0
+        try:
+            with open(tmp, "wb") as f:
+                for b in data.iter_batches(batch_size):
+                    f.write(memoryview(b.X).cast("B"))
+                    n += len(b.X)
+                    rows = len(b.X) if b.kept is None else len(b.kept)
+                    skipped += rows - len(b.X)
+                    n_source += rows
+                    if progress:
+                        progress(rows)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise
+        if n == 0:
+            os.remove(tmp)
+            raise DataError(f"{data.source.name}: the data set is empty"
+                            + (f" ({skipped} rows skipped as invalid)" if skipped else ""))
+        os.replace(tmp, path)
+        meta = dict(key, n_rows=n, skipped=skipped, source_rows=n_source)
+        _atomic_json(os.path.join(work_dir, CACHE_META), meta)
+        return cls.open(work_dir)
+
+
+class RowState:
+    """A per-row array (``n_rows × ...``) memory-mapped in the work directory."""
+
+    def __init__(self, path: str, shape: tuple, dtype, fill=0):
+        self.path, self.shape, self.dtype = path, tuple(shape), np.dtype(dtype)
+        mm = np.lib.format.open_memmap(path, mode="w+", dtype=self.dtype, shape=self.shape)
+        if fill is not None and mm.size:
+            mm[...] = fill
+        self.array = mm
+
+    def __getitem__(self, sl):
+        return self.array[sl]
+
+    def flush(self):
+        if isinstance(self.array, np.memmap):
+            self.array.flush()

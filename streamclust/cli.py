@@ -1,0 +1,140 @@
+"""The command line: ``streamclust fit | predict | evaluate | plugins | info``."""
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+
+import click
+
+from .errors import StreamclustError
+
+
+class _Group(click.Group):
+    """Prints errors as one line (``--verbose``: with the traceback) and exits 1."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except Exception as e:  # noqa: BLE001 - the one place that turns errors into messages
+            if ctx.obj and ctx.obj.get("verbose"):
+                traceback.print_exc()
+            msg = str(e) if isinstance(e, StreamclustError) else f"{type(e).__name__}: {e}"
+            click.echo(f"error: {msg.splitlines()[0] if msg else type(e).__name__}", err=True)
+            sys.exit(1)
+
+
+def _split(values) -> list[str] | None:
+    out = [v.strip() for item in values for v in item.split(",") if v.strip()]
+    return out or None
+
+
+def _parse_set(items) -> dict:
+    params = {}
+    for item in items:
+        if "=" not in item:
+            raise StreamclustError(f"--set expects name=value, got {item!r}")
+        k, v = item.split("=", 1)
+        params[k.strip()] = v.strip()
+    return params
+
+
+@click.group(cls=_Group)
+@click.option("--verbose", is_flag=True, help="Show tracebacks on errors.")
+@click.version_option(package_name="streamclust")
+@click.pass_context
+def main(ctx, verbose):
+    """Cluster data sets larger than memory (Parquet, Arrow IPC)."""
+    ctx.obj = {"verbose": verbose}
+
+
+@main.command()
+@click.argument("data")
+@click.option("--algorithm", "-a", default="dgmm", show_default=True)
+@click.option("--clusters", "-k", type=int, required=True, help="Number of clusters.")
+@click.option("--features", "-f", multiple=True, help="Feature column(s): one list column or numeric columns.")
+@click.option("--set", "sets", multiple=True, metavar="NAME=VALUE", help="Algorithm parameter.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--batch-size", type=int, default=65536, show_default=True)
+@click.option("--max-epochs", type=int, default=100, show_default=True)
+@click.option("--work-dir", default=None, help="Keep the feature cache and row state here.")
+@click.option("--skip-invalid", is_flag=True, help="Skip rows with NaN/inf instead of failing.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.option("--out", "-o", required=True, help="Model directory to write.")
+def fit(data, algorithm, clusters, features, sets, seed, batch_size, max_epochs, work_dir,
+        skip_invalid, quiet, out):
+    """Fit a clustering of DATA and save the model to --out."""
+    from .engine import fit as _fit
+    model = _fit(data, algorithm, clusters, features=_split(features), seed=seed,
+                 batch_size=batch_size, max_epochs=max_epochs, work_dir=work_dir,
+                 on_invalid="skip" if skip_invalid else "error", progress=False if quiet else None,
+                 **_parse_set(sets))
+    path = model.save(out)
+    last = model.history[-1] if model.history else {}
+    info = model.info
+    click.echo(f"{algorithm}: {clusters} clusters on {info['rows']} rows × {info['features']} features"
+               f" ({info['rows_skipped']} skipped), {info['epochs']} epochs, "
+               f"converged={info['converged']}, objective={last.get('objective', float('nan')):.6g}, "
+               f"{info['seconds']:.2f} s -> {path}")
+
+
+@main.command()
+@click.argument("model_dir")
+@click.argument("data")
+@click.option("--out", "-o", required=True, help="Parquet file to write.")
+@click.option("--keep", multiple=True, help="Columns to pass through (default: all non-feature columns).")
+@click.option("--batch-size", type=int, default=65536, show_default=True)
+@click.option("--skip-invalid", is_flag=True, help="Label rows with NaN/inf -1 instead of failing.")
+def predict(model_dir, data, out, keep, batch_size, skip_invalid):
+    """Label every row of DATA with MODEL_DIR; write passthrough columns + cluster to --out."""
+    from .model import load_model
+    model = load_model(model_dir)
+    res = model.predict_to_parquet(data, out, keep=_split(keep), batch_size=batch_size,
+                                   on_invalid="skip" if skip_invalid else "error")
+    click.echo(f"{res['rows']} rows labelled ({res['skipped']} skipped) -> {res['out']}")
+
+
+@main.command()
+@click.argument("model_dir")
+@click.argument("data")
+@click.option("--labels", required=True, help="Column with the true classes.")
+@click.option("--batch-size", type=int, default=65536, show_default=True)
+def evaluate(model_dir, data, labels, batch_size):
+    """Print one JSON object: nmi, acc (and quantization_error for centroid models)."""
+    from .model import load_model
+    click.echo(json.dumps(load_model(model_dir).evaluate(data, labels, batch_size)))
+
+
+@main.command()
+def plugins():
+    """List algorithms, their parameters and the package that provides each."""
+    from .plugins import PluginHost
+    host = PluginHost()
+    for name in sorted(host.algorithms):
+        cls = host.algorithms[name]
+        click.echo(f"{name}  (from {host.providers[name]}, version {cls.version})")
+        for pname, p in cls.params.items():
+            extra = f" {list(p.choices)}" if p.choices else ""
+            click.echo(f"    {pname} = {p.default!r} ({p.type.__name__}){extra}: {p.doc}")
+    for f in host.failures:
+        click.echo(f"failed to load plugin {f.name} from {f.package}: {f.error}", err=True)
+
+
+@main.command()
+@click.argument("data")
+@click.option("--features", "-f", multiple=True)
+def info(data, features):
+    """Rows, columns, files and feature columns of DATA (reads metadata only)."""
+    from .sources import open_data
+    d = open_data(data, features=_split(features))
+    src = d.source
+    out = {"source": src.name, "rows": src.n_rows, "files": len(getattr(src, "files", [])) or None,
+           "columns": {f.name: str(f.type) for f in src.schema},
+           "features": list(d.spec.columns), "n_features": d.n_features}
+    click.echo(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

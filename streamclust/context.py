@@ -1,0 +1,74 @@
+"""The run context handed to an algorithm: data, passes, row state, summaries, randomness."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .cache import FeatureCache, RowState
+from .executor import merge_sum
+
+
+class Context:
+    """What an algorithm may use during ``start`` and ``run_epoch``.
+
+    * ``data``: the feature cache (``n_rows × n_features`` float32, memory-mapped);
+    * ``aggregate(step, params, data=None, state=(), merge=...)``: one pass of ``step`` over every
+      batch of ``data`` (default: the whole cache) through the executor;
+    * ``row_state(name, shape, dtype)``: a memory-mapped per-row array in the work directory;
+    * ``coreset(size)``, ``take(ids)``, ``batch_stats()``: summaries;
+    * ``rng(*stream)``: a NumPy generator fixed by the run's seed and the stream key.
+    """
+
+    def __init__(self, cache: FeatureCache, work_dir: str, executor, n_clusters: int, seed: int,
+                 batch_size: int, progress=None):
+        self.data = cache
+        self.work_dir = work_dir
+        self.executor = executor
+        self.n_clusters = n_clusters
+        self.seed = seed
+        self.batch_size = batch_size
+        self.epoch = 0
+        self.distance_evaluations = 0
+        self._progress = progress
+        self._stats = None
+        self._coresets = {}
+
+    @property
+    def n_rows(self) -> int:
+        return self.data.n_rows
+
+    @property
+    def n_features(self) -> int:
+        return self.data.n_features
+
+    def rng(self, *stream: int) -> np.random.Generator:
+        return np.random.Generator(np.random.PCG64(np.random.SeedSequence([self.seed, *stream])))
+
+    def aggregate(self, step, params, *, data=None, state=(), merge=merge_sum):
+        data = self.data if data is None else data
+        return self.executor.aggregate(step, data, params, state=state, merge=merge,
+                                       batch_size=self.batch_size, progress=self._progress)
+
+    def row_state(self, name: str, shape: tuple, dtype, fill=0) -> RowState:
+        return RowState(os.path.join(self.work_dir, f"state_{name}.npy"), shape, dtype, fill)
+
+    def take(self, row_ids) -> np.ndarray:
+        return self.data.take(row_ids)
+
+    def count_distances(self, n: int) -> None:
+        self.distance_evaluations += int(n)
+
+    def batch_stats(self) -> dict:
+        """``{batch start: (n, Σx, Σ||x||²)}`` over the cache (one pass, then cached)."""
+        if self._stats is None:
+            from .summaries.coreset import stats_step
+            self._stats = self.aggregate(stats_step, None)
+        return self._stats
+
+    def coreset(self, size: int):
+        """The lightweight coreset of ``size`` rows (two passes; cached for the run)."""
+        if size not in self._coresets:
+            from .summaries import lightweight_coreset
+            self._coresets[size] = lightweight_coreset(self, size, self.rng(0xC0DE, size))
+        return self._coresets[size]

@@ -1,0 +1,109 @@
+"""The engine: open the data, build the feature cache, run the algorithm's epochs, call hooks."""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+from .cache import FeatureCache
+from .context import Context
+from .errors import DataError, ParameterError
+from .executor import LocalExecutor
+from .model import Model
+from .plugins import PluginHost
+from .sources import open_data
+
+
+@dataclass
+class Run:
+    """What hooks see of a fit."""
+
+    algorithm: str
+    params: dict
+    n_rows: int
+    n_features: int
+    work_dir: str
+    history: list = field(default_factory=list)
+
+
+def _progress_enabled(progress) -> bool:
+    if progress is None:
+        return sys.stderr.isatty()
+    return bool(progress)
+
+
+def _check_int(name, value, low):
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ParameterError(f"{name} must be an integer >= {low}, got {value!r}")
+
+
+def fit(data, algorithm: str = "dgmm", n_clusters: int = 8, *, features=None, seed: int = 0,
+        batch_size: int = 65536, max_epochs: int = 100, work_dir: str | None = None,
+        on_invalid: str = "error", progress: bool | None = None, host: PluginHost | None = None,
+        executor=None, **params) -> Model:
+    """Fit ``algorithm`` with ``n_clusters`` clusters on ``data`` and return the :class:`Model`.
+
+    ``data``: a Parquet file / directory / glob, an Arrow IPC file, a NumPy array or pyarrow data.
+    ``features``: one list column or several numeric columns (default: the only list column, else
+    every numeric column).  ``on_invalid='skip'`` drops rows with NaN/inf (counted in
+    ``model.info['rows_skipped']``).  ``params`` are the algorithm's hyper-parameters.
+    """
+    _check_int("batch_size", batch_size, 1)
+    _check_int("max_epochs", max_epochs, 1)
+    host = host or PluginHost()
+    cls = host.algorithm(algorithm)
+    algo = cls(n_clusters, seed=seed, **params)
+    d = open_data(data, features=features, on_invalid=on_invalid)
+    executor = executor or LocalExecutor()
+    owned = work_dir is None
+    work_dir = tempfile.mkdtemp(prefix="streamclust-") if owned else work_dir
+    os.makedirs(work_dir, exist_ok=True)
+    show = _progress_enabled(progress)
+    try:
+        from tqdm.auto import tqdm
+        t0 = time.perf_counter()
+        with tqdm(total=d.n_rows, unit="rows", desc="reading", disable=not show, file=sys.stderr,
+                  leave=False) as bar:
+            cache = FeatureCache.build(d, work_dir, batch_size, progress=bar.update)
+        if algo.n_clusters > cache.n_rows:
+            raise DataError(f"{d.source.name}: more clusters ({algo.n_clusters}) than rows ({cache.n_rows})")
+        ctx = Context(cache, work_dir, executor, algo.n_clusters, algo.seed, batch_size)
+        run = Run(algorithm, algo.get_params(), cache.n_rows, cache.n_features, work_dir)
+        host.hook.streamclust_run_started(run=run)
+        t_start = time.perf_counter()
+        algo.start(ctx)
+        start_info = {"seconds": time.perf_counter() - t_start,
+                      "distance_evaluations": ctx.distance_evaluations}
+        converged = False
+        with tqdm(total=max_epochs, unit="epoch", desc=algorithm, disable=not show,
+                  file=sys.stderr) as bar:
+            for epoch in range(max_epochs):
+                ctx.epoch = epoch
+                before = ctx.distance_evaluations
+                t = time.perf_counter()
+                rep = algo.run_epoch(ctx)
+                record = {"epoch": epoch, "objective": float(rep.objective), "rows": int(rep.rows),
+                          "seconds": time.perf_counter() - t,
+                          "distance_evaluations": int(rep.distance_evaluations)
+                          + ctx.distance_evaluations - before,
+                          "converged": bool(rep.converged), **rep.extras}
+                run.history.append(record)
+                host.hook.streamclust_epoch_finished(run=run, report=record)
+                bar.set_postfix(objective=f"{rep.objective:.6g}")
+                bar.update(1)
+                if rep.converged:
+                    converged = True
+                    break
+        info = {"rows": cache.n_rows, "rows_skipped": cache.skipped, "features": cache.n_features,
+                "epochs": len(run.history), "converged": converged, "start": start_info,
+                "seconds": time.perf_counter() - t0, "batch_size": batch_size,
+                "executor": getattr(executor, "name", type(executor).__name__)}
+        model = Model(algo, d.spec, cache.n_features, run.history, info)
+        host.hook.streamclust_run_finished(run=run, model=model)
+        return model
+    finally:
+        if owned:
+            shutil.rmtree(work_dir, ignore_errors=True)

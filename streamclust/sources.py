@@ -1,0 +1,314 @@
+"""Data sources: Parquet files, Arrow IPC files, in-memory NumPy / pyarrow data.
+
+A :class:`Source` yields Arrow record batches in a stable order (files sorted, row groups in
+order), so that the global row id of a row is the same in every pass.  :func:`open_data` turns
+anything accepted into a :class:`Data` that also knows the feature columns.
+"""
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
+
+from .errors import DataError
+from .features import FeatureSpec, batch_to_matrix, finite_mask, resolve_features, INVALID_POLICIES
+
+PARQUET_EXT = (".parquet", ".parq", ".pq")
+IPC_EXT = (".arrow", ".feather", ".ipc", ".arrows")
+
+
+class Source:
+    """Base class. ``record_batches`` yields ``(origin, row_in_origin, RecordBatch)``."""
+
+    rereadable = True
+    name = "source"
+    schema: pa.Schema
+    n_rows: int | None = None
+
+    def record_batches(self, columns, batch_size: int) -> Iterator[tuple[str, int, pa.RecordBatch]]:
+        raise NotImplementedError
+
+    def fingerprint(self) -> str | None:
+        """A string that changes when the data change, or None if unknown (no caching)."""
+        return None
+
+
+def _expand(path: str, exts) -> list[str]:
+    if any(ch in path for ch in "*?["):
+        files = sorted(p for p in glob.glob(path, recursive=True) if os.path.isfile(p))
+    elif os.path.isdir(path):
+        files = sorted(os.path.join(root, f) for root, _, names in os.walk(path) for f in names
+                       if f.lower().endswith(exts) and not f.startswith((".", "_")))
+    elif os.path.exists(path):
+        files = [path]
+    else:
+        raise DataError(f"{path}: no such file or directory")
+    if not files:
+        raise DataError(f"{path}: no data files found (looked for {', '.join(exts)})")
+    return files
+
+
+def _check_schemas(schemas: list[tuple[str, pa.Schema]]) -> pa.Schema:
+    first_path, first = schemas[0]
+    for path, s in schemas[1:]:
+        if s.equals(first):
+            continue
+        for f in first:
+            if f.name not in s.names:
+                raise DataError(f"{path}: column '{f.name}' missing (present in {first_path}); "
+                                f"schemas differ between files")
+            if not s.field(f.name).type.equals(f.type):
+                raise DataError(f"{path}: column '{f.name}' is {s.field(f.name).type} but "
+                                f"{f.type} in {first_path}; schemas differ between files")
+        extra = [n for n in s.names if n not in first.names]
+        raise DataError(f"{path}: extra columns {extra} not in {first_path}; schemas differ between files")
+    return first
+
+
+class ParquetSource(Source):
+    """One Parquet file, a directory of them, or a glob.  Only footers are read here."""
+
+    def __init__(self, path: str):
+        self.name = str(path)
+        self.files = _expand(str(path), PARQUET_EXT)
+        self._meta = []
+        schemas = []
+        for f in self.files:
+            try:
+                pf = pq.ParquetFile(f)
+            except Exception as e:  # noqa: BLE001 - arrow raises several types for corrupt files
+                raise DataError(f"{f}: not a readable Parquet file ({type(e).__name__}: {e})") from e
+            self._meta.append(pf.metadata.num_rows)
+            schemas.append((f, pf.schema_arrow))
+        self.schema = _check_schemas(schemas)
+        self.n_rows = int(sum(self._meta))
+
+    def fingerprint(self):
+        parts = []
+        for f in self.files:
+            st = os.stat(f)
+            parts.append(f"{os.path.abspath(f)}:{st.st_size}:{st.st_mtime_ns}")
+        return "|".join(parts)
+
+    def record_batches(self, columns, batch_size):
+        for f in self.files:
+            row = 0
+            try:
+                pf = pq.ParquetFile(f)
+                for rb in pf.iter_batches(batch_size=batch_size, columns=list(columns)):
+                    yield f, row, rb
+                    row += rb.num_rows
+            except DataError:
+                raise
+            except (OSError, pa.ArrowException) as e:
+                raise DataError(f"{f}: cannot read Parquet data near row {row} "
+                                f"({type(e).__name__}: {e})") from e
+
+
+class IPCSource(Source):
+    """Arrow IPC files (the random-access file format, or the stream format)."""
+
+    def __init__(self, path: str):
+        self.name = str(path)
+        self.files = _expand(str(path), IPC_EXT)
+        schemas, total = [], 0
+        for f in self.files:
+            try:
+                with self._open(f) as r:
+                    schemas.append((f, r.schema))
+                    if isinstance(r, ipc.RecordBatchFileReader):
+                        total += sum(r.get_batch(i).num_rows for i in range(r.num_record_batches))
+                    else:
+                        total += sum(b.num_rows for b in r)
+            except DataError:
+                raise
+            except Exception as e:  # noqa: BLE001
+                raise DataError(f"{f}: not a readable Arrow IPC file ({type(e).__name__}: {e})") from e
+        self.schema = _check_schemas(schemas)
+        self.n_rows = total
+
+    @staticmethod
+    def _open(f):
+        try:
+            return ipc.open_file(pa.memory_map(f))
+        except pa.ArrowInvalid:
+            return ipc.open_stream(pa.memory_map(f))
+
+    fingerprint = ParquetSource.fingerprint
+
+    def record_batches(self, columns, batch_size):
+        for f in self.files:
+            row = 0
+            try:
+                r = self._open(f)
+                batches = (r.get_batch(i) for i in range(r.num_record_batches)) \
+                    if isinstance(r, ipc.RecordBatchFileReader) else r
+                for b in batches:
+                    b = b.select(list(columns))
+                    for off in range(0, max(b.num_rows, 1), batch_size):
+                        piece = b.slice(off, batch_size)
+                        yield f, row, piece
+                        row += piece.num_rows
+            except (OSError, pa.ArrowException) as e:
+                raise DataError(f"{f}: cannot read Arrow data near row {row} ({e})") from e
+
+
+class TableSource(Source):
+    """An in-memory pyarrow Table (re-readable) or RecordBatchReader (one-shot)."""
+
+    def __init__(self, table, name="<table>"):
+        self.name = name
+        if isinstance(table, pa.RecordBatchReader):
+            self.rereadable = False
+            self._reader = table
+            self.schema = table.schema
+            self.n_rows = None
+            self._used = False
+        else:
+            if isinstance(table, pa.RecordBatch):
+                table = pa.Table.from_batches([table])
+            self._table = table
+            self.schema = table.schema
+            self.n_rows = table.num_rows
+
+    def record_batches(self, columns, batch_size):
+        if not self.rereadable:
+            if self._used:
+                raise DataError(f"{self.name}: a one-shot RecordBatchReader can be read only once")
+            self._used = True
+            row = 0
+            for b in self._reader:
+                b = b.select(list(columns))
+                for off in range(0, b.num_rows, batch_size):
+                    piece = b.slice(off, batch_size)
+                    yield self.name, row, piece
+                    row += piece.num_rows
+            return
+        t = self._table.select(list(columns))
+        for off in range(0, t.num_rows, batch_size):
+            yield self.name, off, t.slice(off, batch_size)
+
+
+def array_to_table(X, name="features") -> pa.Table:
+    """A NumPy ``n × d`` array as a table with one ``fixed_size_list<float32>`` column."""
+    X = np.asarray(X)
+    if X.ndim != 2:
+        raise DataError(f"<array>: expected a 2-d array (rows × features), got shape {X.shape}")
+    if not (np.issubdtype(X.dtype, np.number) or X.dtype == bool):
+        raise DataError(f"<array>: dtype {X.dtype} is not numeric")
+    flat = pa.array(np.ascontiguousarray(X, dtype=np.float32).reshape(-1))
+    return pa.table({name: pa.FixedSizeListArray.from_arrays(flat, X.shape[1])})
+
+
+@dataclass
+class Batch:
+    """Rows ``start .. start + len(X)`` of a data set: float32 read-only features, passthrough
+    columns (a pyarrow Table or None), optional row weights, and under the ``skip`` policy the
+    mask of the rows that were kept (``X`` then holds only those)."""
+
+    start: int
+    X: np.ndarray
+    columns: pa.Table | None = None
+    weights: np.ndarray | None = None
+    kept: np.ndarray | None = None
+    origin: str = ""
+
+    @property
+    def stop(self) -> int:
+        return self.start + len(self.X)
+
+
+@dataclass
+class Data:
+    """A source together with its feature columns.  ``iter_batches`` validates every value."""
+
+    source: Source
+    spec: FeatureSpec
+    n_features: int
+    on_invalid: str = "error"
+    passthrough: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def n_rows(self):
+        return self.source.n_rows
+
+    def iter_batches(self, batch_size: int, keep=()) -> Iterator[Batch]:
+        """Yield validated batches.  ``start`` counts source rows (kept or not)."""
+        cols = list(dict.fromkeys(list(self.spec.columns) + list(keep)))
+        start = 0
+        for origin, row0, rb in self.source.record_batches(cols, batch_size):
+            def where(i, origin=origin, row0=row0, start=start):
+                return f"{origin}: row {row0 + i} (global row {start + i})"
+            X = batch_to_matrix(rb, self.spec, self.n_features, where)
+            mask = finite_mask(X, self.on_invalid, where)
+            if mask is not None:
+                X = np.ascontiguousarray(X[mask])
+            X.flags.writeable = False
+            passthrough = pa.Table.from_batches([rb]).select(list(keep)) if keep else None
+            yield Batch(start, X, passthrough, kept=mask, origin=origin)
+            start += rb.num_rows
+
+
+def _make_source(data) -> tuple[Source, object]:
+    """Return the source and the default feature selection it implies."""
+    if isinstance(data, Source):
+        return data, None
+    if isinstance(data, Data):
+        return data.source, data.spec
+    if isinstance(data, np.ndarray) or (isinstance(data, (list, tuple)) and data and
+                                         not isinstance(data[0], str)):
+        return TableSource(array_to_table(data), "<array>"), "features"
+    if isinstance(data, (pa.Table, pa.RecordBatch, pa.RecordBatchReader)):
+        return TableSource(data), None
+    if isinstance(data, (str, os.PathLike)):
+        path = os.fspath(data)
+        probe = path
+        if os.path.isdir(path):
+            has_ipc = any(f.lower().endswith(IPC_EXT) for _, _, fs in os.walk(path) for f in fs)
+            has_pq = any(f.lower().endswith(PARQUET_EXT) for _, _, fs in os.walk(path) for f in fs)
+            return (IPCSource(path) if has_ipc and not has_pq else ParquetSource(path)), None
+        if probe.lower().endswith(IPC_EXT):
+            return IPCSource(path), None
+        return ParquetSource(path), None
+    raise DataError(f"cannot read data of type {type(data).__name__}: give a path, a NumPy array, "
+                    f"or a pyarrow Table / RecordBatchReader")
+
+
+def _peek_n_features(source: Source, spec: FeatureSpec) -> int:
+    t = source.schema.field(spec.columns[0]).type
+    if not spec.vector:
+        return len(spec.columns)
+    if pa.types.is_fixed_size_list(t):
+        return t.list_size
+    if not source.rereadable:
+        raise DataError(f"{source.name}: variable-length list features need a re-readable source "
+                        f"(use fixed_size_list, or write the stream to a file)")
+    for origin, row0, rb in source.record_batches(spec.columns, 1):
+        if rb.num_rows:
+            v = rb.column(0)[0]
+            if not v.is_valid:
+                raise DataError(f"{origin}: row {row0}: null in feature column '{spec.columns[0]}'")
+            return len(v)
+    raise DataError(f"{source.name}: the data set is empty")
+
+
+def open_data(data, features=None, on_invalid: str = "error", exclude=()) -> Data:
+    """Open anything accepted (path, glob, directory, NumPy array, pyarrow data) as :class:`Data`."""
+    if on_invalid not in INVALID_POLICIES:
+        raise DataError(f"on_invalid must be one of {INVALID_POLICIES}, got {on_invalid!r}")
+    if isinstance(data, Data):
+        return data
+    source, default = _make_source(data)
+    spec = default if isinstance(default, FeatureSpec) else resolve_features(
+        source.schema, features if features is not None else default, source.name, exclude)
+    n_features = _peek_n_features(source, spec)
+    if n_features < 1:
+        raise DataError(f"{source.name}: feature column '{spec.columns[0]}' has no values")
+    passthrough = tuple(n for n in source.schema.names if n not in spec.columns)
+    return Data(source, spec, n_features, on_invalid, passthrough)

@@ -1,0 +1,49 @@
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from streamclust.testing import make_blobs
+
+SHARED_DATA = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
+
+
+def shared_data(name):
+    path = os.path.join(SHARED_DATA, name)
+    if not os.path.exists(path):
+        pytest.skip(f"{path} is absent (../shared/data beside the repo)")
+    return np.load(path, allow_pickle=False)
+
+
+def write_parquet_dir(path, X, y=None, files=3, row_group=50, vector=True):
+    """X split over several files with several row groups; ids and labels passed through."""
+    os.makedirs(path, exist_ok=True)
+    n = len(X)
+    bounds = np.linspace(0, n, files + 1).astype(int)
+    for f in range(files):
+        s, e = bounds[f], bounds[f + 1]
+        cols = {"id": pa.array(np.arange(s, e, dtype=np.int64))}
+        if vector:
+            flat = pa.array(np.ascontiguousarray(X[s:e], dtype=np.float32).reshape(-1))
+            cols["embedding"] = pa.FixedSizeListArray.from_arrays(flat, X.shape[1])
+        else:
+            for j in range(X.shape[1]):
+                cols[f"x{j}"] = pa.array(X[s:e, j])
+        if y is not None:
+            cols["label"] = pa.array(np.asarray(y[s:e]).astype(np.int64))
+        pq.write_table(pa.table(cols), os.path.join(path, f"part-{f:03d}.parquet"),
+                       row_group_size=row_group)
+    return path
+
+
+@pytest.fixture
+def blobs():
+    return make_blobs(n=600, k=4, d=5, seed=0)
+
+
+@pytest.fixture
+def blob_dir(tmp_path, blobs):
+    X, y = blobs
+    return write_parquet_dir(str(tmp_path / "data"), X, y)

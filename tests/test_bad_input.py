@@ -1,0 +1,217 @@
+"""Every bad input: one clear line naming the file/column/row, exit code 1, nothing written."""
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from streamclust.cli import main
+
+from conftest import write_parquet_dir
+
+
+def run(args):
+    r = CliRunner().invoke(main, args)
+    return r.exit_code, r.output
+
+
+def fit_fails(data, tmp_path, *extra):
+    out = tmp_path / "model"
+    code, text = run(["fit", str(data), "-k", "3", "--out", str(out), "-q", *extra])
+    assert code == 1, text
+    assert not out.exists(), "a failed fit left a model directory"
+    leftovers = [p for p in os.listdir(tmp_path) if p.startswith(".streamclust")]
+    assert not leftovers, leftovers
+    lines = [l for l in text.strip().splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), text
+    return lines[0]
+
+
+def one_file(tmp_path, table, name="bad.parquet"):
+    path = tmp_path / name
+    pq.write_table(table, str(path))
+    return path
+
+
+def vec(rows, t=pa.float32()):
+    return pa.array(rows, pa.list_(t))
+
+
+def test_nan_and_inf_name_file_and_row(tmp_path):
+    X = np.ones((10, 3), np.float32)
+    X[7, 1] = np.nan
+    p = one_file(tmp_path, pa.table({"x": vec([list(r) for r in X])}))
+    msg = fit_fails(p, tmp_path)
+    assert "bad.parquet" in msg and "row 7" in msg and "nan" in msg
+    X[7, 1] = 1.0
+    X[4, 0] = np.inf
+    p = one_file(tmp_path, pa.table({"x": vec([list(r) for r in X])}), "inf.parquet")
+    msg = fit_fails(p, tmp_path)
+    assert "inf.parquet" in msg and "row 4" in msg and "inf" in msg
+
+
+def test_skip_invalid_reports_skipped_rows(tmp_path, blobs):
+    X, _ = blobs
+    X = X.copy()
+    X[[3, 50, 51], 2] = np.nan
+    path = write_parquet_dir(str(tmp_path / "d"), X, files=2)
+    code, text = run(["fit", path, "-k", "3", "--out", str(tmp_path / "m"), "-q", "--skip-invalid"])
+    assert code == 0, text
+    assert "(3 skipped)" in text
+    meta = json.load(open(tmp_path / "m" / "model.json"))
+    assert meta["info"]["rows_skipped"] == 3 and meta["info"]["rows"] == len(X) - 3
+    code, text = run(["predict", str(tmp_path / "m"), path, "--out", str(tmp_path / "p.parquet"),
+                      "--skip-invalid"])
+    assert code == 0, text
+    labels = pq.read_table(tmp_path / "p.parquet").column("cluster").to_numpy()
+    assert len(labels) == len(X) and list(np.flatnonzero(labels == -1)) == [3, 50, 51]
+
+
+def test_null_row_and_null_value(tmp_path):
+    p = one_file(tmp_path, pa.table({"x": vec([[1.0, 2.0], None, [3.0, 4.0]])}))
+    msg = fit_fails(p, tmp_path)
+    assert "row 1" in msg and "null" in msg and "'x'" in msg
+    p = one_file(tmp_path, pa.table({"a": pa.array([1.0, 2.0, None, 4.0]), "b": pa.array([1.0] * 4)}),
+                 "n2.parquet")
+    msg = fit_fails(p, tmp_path, "--features", "a,b")
+    assert "row 2" in msg and "'a'" in msg
+
+
+def test_non_numeric_and_ragged_columns(tmp_path):
+    p = one_file(tmp_path, pa.table({"a": pa.array(["x", "y", "z"]), "b": pa.array([1.0, 2.0, 3.0])}))
+    msg = fit_fails(p, tmp_path, "--features", "a", "--features", "b")
+    assert "'a'" in msg and "not numeric" in msg
+    p = one_file(tmp_path, pa.table({"x": vec([[1.0, 2.0], [3.0, 4.0], [5.0], [6.0, 7.0]])}), "r.parquet")
+    msg = fit_fails(p, tmp_path)
+    assert "ragged" in msg and "row 2" in msg and "r.parquet" in msg
+    p = one_file(tmp_path, pa.table({"x": pa.array([["a", "b"], ["c", "d"]], pa.list_(pa.string()))}),
+                 "s.parquet")
+    assert "not numbers" in fit_fails(p, tmp_path)
+
+
+def test_missing_column(tmp_path, blob_dir):
+    msg = fit_fails(blob_dir, tmp_path, "--features", "nope")
+    assert "missing feature column 'nope'" in msg
+
+
+def test_schemas_differ_between_files(tmp_path, blobs):
+    X, _ = blobs
+    path = write_parquet_dir(str(tmp_path / "d"), X, files=2)
+    pq.write_table(pa.table({"id": pa.array([1, 2]), "embedding": vec([[1.0] * 5, [2.0] * 5],
+                                                                       pa.float64())}),
+                   os.path.join(path, "part-999.parquet"))
+    msg = fit_fails(path, tmp_path)
+    assert "part-999.parquet" in msg and "'embedding'" in msg and "schemas differ" in msg
+
+
+def test_empty_data_set(tmp_path):
+    p = one_file(tmp_path, pa.table({"x": vec([])}))
+    assert "empty" in fit_fails(p, tmp_path)
+    os.makedirs(tmp_path / "nothing")
+    assert "no data files" in fit_fails(tmp_path / "nothing", tmp_path)
+
+
+def test_truncated_and_corrupt_parquet(tmp_path, blob_dir):
+    f = os.path.join(blob_dir, "part-001.parquet")
+    data = open(f, "rb").read()
+    open(f, "wb").write(data[: len(data) // 2])
+    msg = fit_fails(blob_dir, tmp_path)
+    assert "part-001.parquet" in msg and "not a readable Parquet file" in msg
+    g = tmp_path / "garbage.parquet"
+    g.write_bytes(b"PAR1" + b"\x00" * 100)
+    assert "garbage.parquet" in fit_fails(g, tmp_path)
+
+
+def test_corrupt_page_detected_while_reading(tmp_path, blobs):
+    X, _ = blobs
+    p = tmp_path / "c.parquet"
+    pq.write_table(pa.table({"x": pa.array(X[:, 0])}), str(p), compression="snappy")
+    raw = bytearray(p.read_bytes())
+    for i in range(8, min(len(raw) // 2, 400)):  # scramble the data pages, keep the footer
+        raw[i] ^= 0x5A
+    p.write_bytes(bytes(raw))
+    msg = fit_fails(p, tmp_path)
+    assert "c.parquet" in msg
+
+
+def test_more_clusters_than_rows(tmp_path):
+    p = one_file(tmp_path, pa.table({"x": vec([[1.0, 2.0], [3.0, 4.0]])}))
+    assert "more clusters (3) than rows (2)" in fit_fails(p, tmp_path)
+
+
+def test_unknown_algorithm_and_parameter(tmp_path, blob_dir):
+    assert "unknown algorithm 'nope'" in fit_fails(blob_dir, tmp_path, "--algorithm", "nope")
+    msg = fit_fails(blob_dir, tmp_path, "--set", "bogus=1")
+    assert "unknown parameter" in msg and "bogus" in msg
+    msg = fit_fails(blob_dir, tmp_path, "--set", "truncation=abc")
+    assert "truncation" in msg
+    msg = fit_fails(blob_dir, tmp_path, "--set", "tol=-1")
+    assert "tol" in msg
+
+
+@pytest.fixture
+def model_dir(tmp_path, blob_dir):
+    out = tmp_path / "model"
+    code, text = run(["fit", blob_dir, "-k", "4", "--out", str(out), "-q"])
+    assert code == 0, text
+    return out
+
+
+def predict_fails(model_dir, blob_dir, tmp_path):
+    out = tmp_path / "labels.parquet"
+    code, text = run(["predict", str(model_dir), blob_dir, "--out", str(out)])
+    assert code == 1 and text.startswith("error: ") and not out.exists(), text
+    return text
+
+
+def test_tampered_model(tmp_path, blob_dir, model_dir):
+    arrays = model_dir / "arrays.npz"
+    good = arrays.read_bytes()
+    arrays.write_bytes(good[:-10] + b"0123456789")
+    assert "checksum" in predict_fails(model_dir, blob_dir, tmp_path)
+    arrays.write_bytes(good)
+    meta = json.loads((model_dir / "model.json").read_text())
+    meta["params"]["hyper"]["truncation"] = "many"
+    (model_dir / "model.json").write_text(json.dumps(meta))
+    assert "truncation" in predict_fails(model_dir, blob_dir, tmp_path)
+    (model_dir / "model.json").write_text("{not json")
+    assert "model.json" in predict_fails(model_dir, blob_dir, tmp_path)
+    os.remove(arrays)
+    assert "not a model directory" in predict_fails(model_dir, blob_dir, tmp_path)
+
+
+def test_tampered_arrays_with_matching_checksum(tmp_path, blob_dir, model_dir):
+    """A rewritten arrays.npz whose checksum was updated too is still validated."""
+    import hashlib
+    np.savez(model_dir / "arrays.npz", means=np.zeros((2, 5)), sigma2=np.array(1.0))
+    meta = json.loads((model_dir / "model.json").read_text())
+    meta["arrays_sha256"] = hashlib.sha256((model_dir / "arrays.npz").read_bytes()).hexdigest()
+    (model_dir / "model.json").write_text(json.dumps(meta))
+    assert "means must have shape" in predict_fails(model_dir, blob_dir, tmp_path)
+    obj = np.array([{"a": 1}], dtype=object)  # a pickled object is never loaded
+    np.savez(model_dir / "arrays.npz", means=obj, sigma2=np.array(1.0))
+    meta["arrays_sha256"] = hashlib.sha256((model_dir / "arrays.npz").read_bytes()).hexdigest()
+    (model_dir / "model.json").write_text(json.dumps(meta))
+    assert "unreadable" in predict_fails(model_dir, blob_dir, tmp_path)
+
+
+def test_predict_wrong_features_leaves_no_output(tmp_path, model_dir):
+    X = np.ones((5, 3), np.float32)
+    p = one_file(tmp_path, pa.table({"embedding": pa.FixedSizeListArray.from_arrays(
+        pa.array(X.ravel()), 3)}), "three.parquet")
+    assert "expects 5" in predict_fails(model_dir, str(p), tmp_path)
+
+
+def test_predict_failure_midway_leaves_no_partial_file(tmp_path, model_dir, blobs):
+    X, _ = blobs
+    X = X.copy()
+    X[590, 0] = np.nan  # in the last file: earlier batches were already written
+    path = write_parquet_dir(str(tmp_path / "late"), X, files=3)
+    out = tmp_path / "labels.parquet"
+    code, text = run(["predict", str(model_dir), path, "--out", str(out)])
+    assert code == 1 and "row 190" in text and "part-002.parquet" in text
+    assert not out.exists()
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".streamclust")]

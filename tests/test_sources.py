@@ -1,0 +1,80 @@
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
+
+from streamclust.cache import FeatureCache
+from streamclust.sources import ParquetSource, open_data
+
+from conftest import write_parquet_dir
+
+
+def _collect(data, batch_size):
+    return np.concatenate([b.X for b in data.iter_batches(batch_size)])
+
+
+def test_parquet_directory_rows_in_stable_order(tmp_path, blobs):
+    X, y = blobs
+    path = write_parquet_dir(str(tmp_path / "d"), X, y, files=4, row_group=33)
+    d = open_data(path)
+    assert d.spec.columns == ("embedding",) and d.n_features == 5
+    assert d.n_rows == len(X)  # from metadata
+    for bs in (1000, 17, 1):
+        got = _collect(d, bs)
+        np.testing.assert_array_equal(got, X.astype(np.float32))
+    starts = [b.start for b in d.iter_batches(20)]
+    assert starts == sorted(starts) and starts[0] == 0
+
+
+def test_glob_single_file_and_numeric_columns(tmp_path, blobs):
+    X, y = blobs
+    path = write_parquet_dir(str(tmp_path / "d"), X, y, files=2, vector=False)
+    d = open_data(str(tmp_path / "d" / "*.parquet"), features=["x0", "x1", "x2", "x3", "x4"])
+    np.testing.assert_array_equal(_collect(d, 64), X.astype(np.float32))
+    one = open_data(str(tmp_path / "d" / "part-000.parquet"), features=["x0", "x3"])
+    np.testing.assert_array_equal(_collect(one, 64), X[:300][:, [0, 3]].astype(np.float32))
+    # automatic choice: every numeric column except the excluded ones
+    auto = open_data(path, exclude=("id", "label"))
+    assert auto.spec.columns == ("x0", "x1", "x2", "x3", "x4")
+
+
+def test_variable_length_list_column(tmp_path):
+    X = np.arange(12, dtype=np.float32).reshape(4, 3)
+    pq.write_table(pa.table({"v": pa.array([list(r) for r in X], pa.list_(pa.float64()))}),
+                   str(tmp_path / "a.parquet"))
+    d = open_data(str(tmp_path / "a.parquet"))
+    assert d.n_features == 3
+    np.testing.assert_array_equal(_collect(d, 3), X)
+
+
+def test_arrow_ipc_table_reader_and_numpy(tmp_path, blobs):
+    X, _ = blobs
+    t = pa.table({"f": pa.FixedSizeListArray.from_arrays(pa.array(X.astype(np.float32).ravel()), 5)})
+    with ipc.new_file(str(tmp_path / "x.arrow"), t.schema) as w:
+        for b in t.to_batches(max_chunksize=70):
+            w.write_batch(b)
+    for data in (str(tmp_path / "x.arrow"), t, X):
+        np.testing.assert_array_equal(_collect(open_data(data), 64), X.astype(np.float32))
+    reader = pa.RecordBatchReader.from_batches(t.schema, t.to_batches(max_chunksize=100))
+    np.testing.assert_array_equal(_collect(open_data(reader), 64), X.astype(np.float32))
+
+
+def test_feature_cache_take_and_reuse(tmp_path, blob_dir, blobs):
+    X, _ = blobs
+    d = open_data(blob_dir)
+    wd = str(tmp_path / "work")
+    import os
+    os.makedirs(wd)
+    cache = FeatureCache.build(d, wd, 100)
+    assert isinstance(cache.X, np.memmap) and not cache.X.flags.writeable
+    ids = np.array([599, 0, 17, 17, 300])
+    np.testing.assert_array_equal(cache.take(ids), X[ids].astype(np.float32))
+    mtime = os.stat(os.path.join(wd, "features.f32")).st_mtime_ns
+    again = FeatureCache.build(open_data(blob_dir), wd, 50)   # same fingerprint: reused
+    assert os.stat(os.path.join(wd, "features.f32")).st_mtime_ns == mtime
+    np.testing.assert_array_equal(np.asarray(again.X), np.asarray(cache.X))
+
+
+def test_row_count_from_metadata_without_reading(tmp_path, blob_dir):
+    src = ParquetSource(blob_dir)
+    assert src.n_rows == 600 and len(src.files) == 3
