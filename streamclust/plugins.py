@@ -85,7 +85,7 @@ class PluginHost:
     def _collect(self):
         for kind, hook, reg in (("algorithm", self.pm.hook.streamclust_register_algorithms, _AlgorithmRegistry),
                                 ("source", self.pm.hook.streamclust_register_sources, _SourceRegistry)):
-            for impl in reversed(hook.get_hookimpls()):
+            for impl in hook.get_hookimpls():
                 name = impl.plugin_name
                 impl.function(reg(self, name, self.packages.get(name, name)))
 

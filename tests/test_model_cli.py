@@ -1,0 +1,82 @@
+"""End to end through the command line and the Python API; metrics against scikit-learn."""
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+from click.testing import CliRunner
+from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+
+import streamclust
+from streamclust.cli import main
+from streamclust.metrics import accuracy, nmi, quantization_error
+
+
+def test_metrics_match_sklearn_and_brute_force():
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, 5, 500), rng.integers(0, 7, 500)
+    assert abs(nmi(a, b) - normalized_mutual_info_score(a, b)) < 1e-12
+    assert accuracy(a, (a + 2) % 5) == 1.0  # a relabelling is perfect
+    import itertools
+    y, p = rng.integers(0, 3, 60), rng.integers(0, 3, 60)
+    best = max(np.mean(np.array(perm)[p] == y) for perm in itertools.permutations(range(3)))
+    assert abs(accuracy(y, p) - best) < 1e-12
+    X, C = rng.normal(size=(100, 3)), rng.normal(size=(4, 3))
+    brute = sum(min(((x - c) ** 2).sum() for c in C) for x in X)
+    assert abs(quantization_error(X, C) - brute) < 1e-9 * brute
+
+
+def test_cli_fit_predict_evaluate_info(tmp_path, blob_dir, blobs):
+    X, y = blobs
+    r = CliRunner()
+    out = tmp_path / "model"
+    res = r.invoke(main, ["fit", blob_dir, "--algorithm", "dgmm", "-k", "4", "--features", "embedding",
+                          "--set", "truncation=2", "--set", "candidates=1", "--seed", "3",
+                          "--batch-size", "128", "--max-epochs", "30", "--out", str(out), "-q"])
+    assert res.exit_code == 0, res.output
+    meta = json.loads((out / "model.json").read_text())
+    assert meta["params"]["hyper"]["truncation"] == 2 and meta["params"]["seed"] == 3
+    assert meta["features"] == {"columns": ["embedding"], "vector": True}
+    assert {"objective", "rows", "seconds", "distance_evaluations"} <= set(meta["history"][0])
+    with np.load(out / "arrays.npz", allow_pickle=False) as z:
+        assert z["means"].shape == (4, 5) and z["sigma2"].shape == ()
+
+    res = r.invoke(main, ["predict", str(out), blob_dir, "--out", str(tmp_path / "p.parquet")])
+    assert res.exit_code == 0, res.output
+    t = pq.read_table(tmp_path / "p.parquet")
+    assert t.column_names == ["id", "label", "cluster"] and t.schema.field("cluster").type == "int32"
+    assert t.column("id").to_pylist() == list(range(600))
+    model = streamclust.load_model(str(out))
+    np.testing.assert_array_equal(t.column("cluster").to_numpy(), model.predict(X))
+    assert adjusted_rand_score(y, t.column("cluster").to_numpy()) > 0.95
+
+    res = r.invoke(main, ["evaluate", str(out), blob_dir, "--labels", "label"])
+    assert res.exit_code == 0, res.output
+    ev = json.loads(res.output)
+    labels = model.predict(X)
+    assert abs(ev["nmi"] - normalized_mutual_info_score(y, labels)) < 1e-12
+    assert abs(ev["acc"] - accuracy(y, labels)) < 1e-12
+    assert abs(ev["quantization_error"] - quantization_error(X.astype(np.float32), model.means_)) \
+        < 1e-9 * ev["quantization_error"]
+
+    res = r.invoke(main, ["info", blob_dir])
+    info = json.loads(res.output)
+    assert info["rows"] == 600 and info["files"] == 3 and info["n_features"] == 5
+    res = r.invoke(main, ["plugins"])
+    assert "dgmm" in res.output and "truncation" in res.output
+
+
+def test_python_api_soft_predict_and_keep(tmp_path, blob_dir, blobs):
+    X, y = blobs
+    m = streamclust.fit(blob_dir, "dgmm", 4, seed=1, progress=False, coreset_size=200)
+    labels, soft = m.predict(X, soft=True)
+    assert soft.shape == (600, 4) and np.allclose(soft.sum(1), 1)
+    assert np.array_equal(soft.argmax(1), labels)
+    res = m.predict_to_parquet(blob_dir, str(tmp_path / "o.parquet"), keep=["id"])
+    assert res["rows"] == 600
+    assert pq.read_table(tmp_path / "o.parquet").column_names == ["id", "cluster"]
+    assert m.info["rows"] == 600 and m.history[-1]["rows"] == 200
+
+
+def test_verbose_shows_traceback(tmp_path):
+    res = CliRunner().invoke(main, ["--verbose", "info", str(tmp_path / "missing")])
+    assert res.exit_code == 1 and "Traceback" in res.output and "no such file" in res.output

@@ -1,0 +1,54 @@
+"""Coreset and seeding against exact distributions and brute force."""
+import os
+import tempfile
+
+import numpy as np
+from scipy import stats
+
+from streamclust.cache import FeatureCache
+from streamclust.context import Context
+from streamclust.executor import LocalExecutor
+from streamclust.sources import open_data
+from streamclust.summaries import afkmc2, importance_sample, kmeanspp
+
+
+def _ctx(X, batch_size=97, seed=0):
+    wd = tempfile.mkdtemp()
+    return Context(FeatureCache.build(open_data(X), wd, batch_size), wd, LocalExecutor(), 3, seed,
+                   batch_size)
+
+
+def test_importance_sample_follows_q_exactly():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 3)) * np.arange(1, 41)[:, None] / 10
+    center = X.mean(0)
+    d2 = ((X.astype(np.float32).astype(np.float64) - center) ** 2).sum(1)
+    q = 0.5 / len(X) + 0.5 * d2 / d2.sum()
+    ids, qs = importance_sample(_ctx(X), center, 200000, np.random.default_rng(1))
+    np.testing.assert_allclose(qs, q[ids], rtol=1e-6)
+    counts = np.bincount(ids, minlength=len(X))
+    chi2 = stats.chisquare(counts, q * len(ids))
+    assert chi2.pvalue > 1e-4, chi2
+
+
+def test_coreset_weights_unbiased_and_batch_independent():
+    X = np.random.default_rng(2).normal(size=(1000, 4))
+    a = _ctx(X, 1000).coreset(500)
+    b = _ctx(X, 33).coreset(500)
+    np.testing.assert_array_equal(np.sort(a.ids), np.sort(b.ids))
+    sums = [_ctx(X, 100, seed=s).coreset(300).weights.sum() for s in range(20)]
+    assert abs(np.mean(sums) / len(X) - 1) < 0.05
+
+
+def test_kmeanspp_and_afkmc2_pick_rows_and_approach_kmeanspp():
+    rng = np.random.default_rng(3)
+    X = (rng.normal(size=(2000, 2)) + rng.integers(0, 8, size=(2000, 1)) * 10).astype(np.float32)
+    rows = {tuple(r) for r in X.astype(np.float64)}
+    def pot(C):
+        return ((X[:, None, :].astype(np.float64) - C[None]) ** 2).sum(-1).min(1).sum()
+    kpp = [pot(kmeanspp(X, 8, np.random.default_rng(s))[0]) for s in range(30)]
+    C, _ = afkmc2(X, 8, 200, np.random.default_rng(0))
+    assert all(tuple(c) in rows for c in C)
+    long_chain = [pot(afkmc2(X, 8, 200, np.random.default_rng(s))[0]) for s in range(30)]
+    uniform = [pot(X[np.random.default_rng(s).choice(len(X), 8)].astype(np.float64)) for s in range(30)]
+    assert np.median(long_chain) < 1.5 * np.median(kpp) < np.median(uniform)
