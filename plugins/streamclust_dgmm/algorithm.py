@@ -129,10 +129,9 @@ class DGMM(Algorithm):
 
     def run_epoch(self, ctx) -> EpochReport:
         M, D = self.means_.shape
-        cfg = EStepConfig(self.H_, self.R_, self.seed, ctx.epoch, 0, self.dense_)
         hard = ctx.epoch == 0 and self.hyper["sigma2_init"] == "hard"
-        sigma2 = 1e-300 if hard else float(self.sigma2_)
-        params = (GMMParams(self.means_, sigma2), self.sim_, cfg,
+        cfg = EStepConfig(self.H_, self.R_, self.seed, ctx.epoch, 0, self.dense_, hard)
+        params = (GMMParams(self.means_, float(self.sigma2_)), self.sim_, cfg,
                   numba.get_num_threads())
         sum_qy, sum_q, scal, S = ctx.aggregate(estep_step, params, data=self._view,
                                               state=(self._K.array,))

@@ -7,8 +7,9 @@ import numpy as np
 
 from streamclust.rng import rng_below, rng_init, rng_uniform
 
-#: H, R, seed, epoch, first global row id of the batch, dense S (1) or pair lists (0)
-EStepConfig = namedtuple("EStepConfig", "H R seed epoch row_start dense")
+#: H, R, seed, epoch, first global row id of the batch, dense S (1) or pair lists (0), hard
+#: posteriors (the σ² → 0 limit: all mass on the nearest candidate)
+EStepConfig = namedtuple("EStepConfig", "H R seed epoch row_start dense hard")
 #: means (M × D float64) and sigma² (float)
 GMMParams = namedtuple("GMMParams", "means sigma2")
 #: the sampling rows of S in CSR form (indptr, indices int32, weights float64)
@@ -114,7 +115,7 @@ def _row(i, t, X, w, K, prm, sim, cfg, acc, cand, dist, e):
     z = 0.0
     for h in range(H):
         K[i, h] = cand[h]
-        e[h] = np.exp(-(dist[h] - dmin) * inv)
+        e[h] = (1.0 if h == 0 else 0.0) if cfg.hard else np.exp(-(dist[h] - dmin) * inv)
         z += e[h]
     wi = w[i]
     qd = 0.0
@@ -128,7 +129,8 @@ def _row(i, t, X, w, K, prm, sim, cfg, acc, cand, dist, e):
             acc.sum_qy[t, c, j] += wq * x[j]
     acc.scal[t, 0] += wi
     acc.scal[t, 1] += wi * qd
-    acc.scal[t, 2] += wi * (-dmin * inv + np.log(z))
+    if not cfg.hard:
+        acc.scal[t, 2] += wi * (-dmin * inv + np.log(z))
     acc.scal[t, 3] += nc
     p = i * (H * (H - 1) // 2)
     for a in range(H):

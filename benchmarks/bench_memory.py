@@ -1,0 +1,85 @@
+"""Peak memory of ``streamclust fit`` on generated Parquet data of N and 10·N rows.
+
+Counts peak anonymous memory (``RssAnon`` in /proc/PID/status, polled every 20 ms: pages of
+memory-mapped files, which the OS can drop, do not count) and plain peak RSS (``VmHWM``).
+
+    python benchmarks/bench_memory.py [--rows 1000000] [--dim 32] [--clusters 50] [--epochs 5]
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import table  # noqa: E402
+
+
+def write_data(path, rows, dim, clusters, chunk=500_000, seed=0):
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(scale=5.0, size=(clusters, dim)).astype(np.float32)
+    os.makedirs(path, exist_ok=True)
+    for i, s in enumerate(range(0, rows, chunk)):
+        n = min(chunk, rows - s)
+        X = centers[rng.integers(0, clusters, n)] + rng.normal(size=(n, dim)).astype(np.float32)
+        pq.write_table(pa.table({"embedding": pa.FixedSizeListArray.from_arrays(pa.array(X.ravel()), dim)}),
+                       os.path.join(path, f"part-{i:04d}.parquet"), row_group_size=100_000)
+
+
+def status_kb(pid, key):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def measure(data, work, args):
+    cmd = [sys.executable, "-m", "streamclust.cli", "fit", data, "-k", str(args.clusters), "-q",
+           "--max-epochs", str(args.epochs), "--set", "tol=1e-9", "--work-dir", work,
+           "--out", os.path.join(work, "model")]
+    t = time.perf_counter()
+    p = subprocess.Popen(cmd)
+    peak_anon = peak_rss = 0
+    while p.poll() is None:
+        try:
+            peak_anon = max(peak_anon, status_kb(p.pid, "RssAnon"))
+            peak_rss = max(peak_rss, status_kb(p.pid, "VmHWM"))
+        except (FileNotFoundError, ProcessLookupError):
+            break
+        time.sleep(0.02)
+    if p.wait() != 0:
+        sys.exit(f"fit failed on {data}")
+    return peak_anon / 1024, peak_rss / 1024, time.perf_counter() - t
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--dim", type=int, default=32)
+    ap.add_argument("--clusters", type=int, default=50)
+    ap.add_argument("--epochs", type=int, default=5)
+    ap.add_argument("--dir", default=None, help="scratch directory (default: a temporary one)")
+    args = ap.parse_args()
+    root = args.dir or tempfile.mkdtemp(prefix="streamclust-mem-")
+    rows = []
+    for n in (args.rows, 10 * args.rows):
+        data = os.path.join(root, f"data-{n}")
+        if not os.path.isdir(data):
+            write_data(data, n, args.dim, args.clusters)
+        work = os.path.join(root, f"work-{n}")
+        anon, rss, secs = measure(data, work, args)
+        rows.append([n, f"{n * args.dim * 4 / 2**20:.0f}", f"{anon:.0f}", f"{rss:.0f}", f"{secs:.1f}"])
+    table(rows, ["rows", "data MiB", "peak RssAnon MiB", "peak RSS MiB", "seconds"])
+    a1, a10 = float(rows[0][2]), float(rows[1][2])
+    print(f"\npeak anonymous memory ratio (10·N / N) = {a10 / a1:.3f}  (goal <= 1.25)")
+    print(f"D-GMM, k={args.clusters}, full data (no coreset), {args.epochs} epochs, dim={args.dim}")
+
+
+if __name__ == "__main__":
+    main()
