@@ -5,9 +5,12 @@ Choices where the paper is silent (recorded here as ALGORITHMS.md asks):
 * S pair weight is ``exp(-(d_i + d_j - 2 min_c d_c) / 2σ²)`` (scale-free form of eq. 12);
   S is rebuilt every epoch from that epoch's truncated posteriors.
 * K(n) is kept sorted by distance, so ``c̄_n = K(n)[0]`` and no distances are stored.
-* σ² starts at the variance of all entries around the (weighted) feature means, and uses the
-  E-step distances (to the old means), as ALGORITHMS.md states; it is floored at 1e-12 × that
-  start value so that duplicated data cannot make it zero.
+* The first E-step is hard by default (``sigma2_init="hard"``: all mass on the nearest
+  candidate, as the σ² → 0 limit; σ² then comes from its M-step, like the authors' vc-GMM code
+  that guesses the variance after the first E-step). ``sigma2_init="variance"`` starts from the
+  variance of all entries (ALGORITHMS.md), which on well-separated data collapses the means.
+  σ² uses the E-step distances (to the old means) and is floored at 1e-12 × the data variance.
+* Seeding: AFK-MC2 with greedy trials (``seeding_trials``; 1 is the paper's plain AFK-MC2).
 * H and R are clipped to the number of clusters: ``H ≤ M`` and ``H + R ≤ M``.
 * Random numbers are counter-based per (seed, epoch, row), so the result does not depend on the
   batch size; the only run-to-run difference with another thread count is summation order.
