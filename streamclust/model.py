@@ -152,10 +152,12 @@ class Model:
                 truth = truth.filter(pa.array(b.kept))
             valid = np.asarray(truth.is_valid().to_numpy(zero_copy_only=False))
             unlabeled += int((~valid).sum())
-            values = truth.to_pylist()
-            idx = np.empty(len(values), dtype=np.int64)
-            for i, v in enumerate(values):
-                idx[i] = classes.setdefault(v, len(classes)) if v is not None else -1
+            idx = np.full(len(valid), -1, dtype=np.int64)
+            if valid.any():  # map the batch's distinct classes once, then every row by index
+                uniq, inv = np.unique(truth.drop_null().to_numpy(zero_copy_only=False),
+                                      return_inverse=True)
+                codes = np.array([classes.setdefault(u, len(classes)) for u in uniq.tolist()])
+                idx[valid] = codes[inv]
             if len(classes) > C.shape[0]:
                 C = np.vstack([C, np.zeros((len(classes) - C.shape[0], C.shape[1]), np.int64)])
             pred = np.where(pred < 0, self.n_clusters, pred)

@@ -80,3 +80,18 @@ def test_python_api_soft_predict_and_keep(tmp_path, blob_dir, blobs):
 def test_verbose_shows_traceback(tmp_path):
     res = CliRunner().invoke(main, ["--verbose", "info", str(tmp_path / "missing")])
     assert res.exit_code == 1 and "Traceback" in res.output and "no such file" in res.output
+
+
+def test_evaluate_string_labels_with_nulls(tmp_path, blobs):
+    import pyarrow as pa
+    X, y = blobs
+    lab = ["abcd"[v] for v in y]
+    lab[3] = lab[9] = None
+    t = pa.table({"features": pa.FixedSizeListArray.from_arrays(pa.array(X.astype(np.float32).ravel()), 5),
+                  "lab": pa.array(lab)})
+    pq.write_table(t, str(tmp_path / "s.parquet"), row_group_size=70)
+    m = streamclust.fit(X, "dgmm", 4, progress=False)
+    ev = m.evaluate(str(tmp_path / "s.parquet"), "lab", batch_size=50)
+    keep = np.array([v is not None for v in lab])
+    assert ev["unlabeled"] == 2 and ev["n_classes"] == 4
+    assert abs(ev["nmi"] - normalized_mutual_info_score(y[keep], m.predict(X)[keep])) < 1e-12
