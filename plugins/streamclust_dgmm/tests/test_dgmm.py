@@ -1,6 +1,7 @@
 """D-GMM against independent references: exact EM in NumPy, scikit-learn KMeans, the true
 centres of the authors' artificial set."""
 import os
+import tempfile
 
 import numpy as np
 import pytest
@@ -9,7 +10,12 @@ from scipy.spatial.distance import cdist, pdist
 from scipy.special import logsumexp
 
 import streamclust
+from streamclust.cache import FeatureCache
+from streamclust.context import Context
+from streamclust.executor import LocalExecutor
 from streamclust.metrics import quantization_error
+from streamclust.sources import open_data
+from streamclust.summaries import afkmc2_stream, auto_trials
 from streamclust.testing import make_blobs
 
 DATA = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "shared", "data"))
@@ -38,16 +44,9 @@ def test_full_truncation_equals_exact_em():
     m0 = streamclust.fit(X, "dgmm", 3, seed=5, truncation=3, candidates=0, max_epochs=1,
                          sigma2_init="variance", progress=False)
     X32 = X.astype(np.float32).astype(np.float64)
-    # recover the seeding: the first (hard) epoch from the same seeds, replayed in NumPy
-    from streamclust.summaries import afkmc2
-    from streamclust.context import Context
-    import tempfile
-    from streamclust.cache import FeatureCache
-    from streamclust.executor import LocalExecutor
-    from streamclust.sources import open_data
+    # replay the seeding (same seed and stream), then the epochs in NumPy
     wd = tempfile.mkdtemp()
     ctx = Context(FeatureCache.build(open_data(X), wd, 65536), wd, LocalExecutor(), 3, 5, 65536)
-    from streamclust.summaries import afkmc2_stream, auto_trials
     means0, _ = afkmc2_stream(ctx, 3, 5, ctx.rng(1), auto_trials(3))
     mu, s2 = exact_em_epoch(X32, means0, None, hard=True)
     np.testing.assert_allclose(m1.means_, mu, rtol=1e-9)
