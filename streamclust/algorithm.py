@@ -53,9 +53,12 @@ class Param:
 
 @dataclass(frozen=True)
 class Requirements:
-    """What an algorithm needs the engine to prepare.  ``coreset`` is a size (0: none)."""
+    """What an algorithm needs the engine to prepare.  ``coreset`` is a size (0: none);
+    ``columns`` names extra per-row columns (labels, an existing clustering) that the engine
+    reads with the features and serves through ``ctx.column(name)``; they are never features."""
 
     coreset: int = 0
+    columns: tuple = ()
     knn: int = 0
     sample: int = 0
     multi_epoch: bool = True

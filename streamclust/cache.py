@@ -12,6 +12,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from .columns import COLUMNS_META, ColumnCollector
 from .errors import DataError
 from .sources import Batch, Data
 
@@ -73,10 +74,12 @@ class FeatureCache:
 
     @classmethod
     def build(cls, data: Data, work_dir: str, batch_size: int,
-              progress: Callable[[int], None] | None = None) -> "FeatureCache":
-        """Write (or reuse) the cache of ``data`` in ``work_dir``; validate every value."""
+              progress: Callable[[int], None] | None = None, columns=()) -> "FeatureCache":
+        """Write (or reuse) the cache of ``data`` in ``work_dir``; validate every value.
+        ``columns``: extra columns read in the same pass (see :mod:`streamclust.columns`)."""
         key = {"fingerprint": data.source.fingerprint(), "spec": data.spec.to_json(),
-               "on_invalid": data.on_invalid, "n_features": data.n_features}
+               "on_invalid": data.on_invalid, "n_features": data.n_features,
+               "columns": sorted(columns)}
         if key["fingerprint"] is not None:
             old = cls.open(work_dir)
             if old is not None and all(old.meta.get(k) == v for k, v in key.items()):
@@ -84,10 +87,13 @@ class FeatureCache:
         path = os.path.join(work_dir, CACHE_FILE)
         tmp = path + ".tmp"
         n = skipped = n_source = 0
+        collector = ColumnCollector(columns)
         try:
             with open(tmp, "wb") as f:
-                for b in data.iter_batches(batch_size):
+                for b in data.iter_batches(batch_size, keep=tuple(columns)):
                     f.write(memoryview(b.X).cast("B"))
+                    if columns:
+                        collector.add(b)
                     n += len(b.X)
                     rows = len(b.X) if b.kept is None else len(b.kept)
                     skipped += rows - len(b.X)
@@ -102,6 +108,8 @@ class FeatureCache:
             os.remove(tmp)
             raise DataError(f"{data.source.name}: the data set is empty"
                             + (f" ({skipped} rows skipped as invalid)" if skipped else ""))
+        if columns:
+            _atomic_json(os.path.join(work_dir, COLUMNS_META), collector.write(work_dir))
         os.replace(tmp, path)
         meta = dict(key, n_rows=n, skipped=skipped, source_rows=n_source)
         _atomic_json(os.path.join(work_dir, CACHE_META), meta)

@@ -17,6 +17,9 @@ class Context:
       batch of ``data`` (default: the whole cache) through the executor;
     * ``row_state(name, shape, dtype)``: a memory-mapped per-row array in the work directory;
     * ``coreset(size)``, ``take(ids)``, ``batch_stats()``: summaries;
+    * ``column(name)`` / ``column_values(name)``: a declared extra column as row-aligned int64
+      codes (-1: null) and the distinct values the codes stand for;
+    * ``sample(size)``: a uniform sample of rows without replacement;
     * ``rng(*stream)``: a NumPy generator fixed by the run's seed and the stream key.
     """
 
@@ -55,6 +58,26 @@ class Context:
 
     def take(self, row_ids) -> np.ndarray:
         return self.data.take(row_ids)
+
+    def column(self, name: str) -> np.ndarray:
+        """Row-aligned int64 codes of a column declared in ``Requirements.columns``."""
+        from .columns import load_column
+        return load_column(self.work_dir, name)
+
+    def column_values(self, name: str) -> list:
+        from .columns import column_values
+        return column_values(self.work_dir, name)
+
+    def sample(self, size: int, stream: int = 0):
+        """``(row ids (sorted), rows)``: ``min(size, n_rows)`` rows drawn uniformly without
+        replacement.  The cache knows ``n_rows``, so the ids are drawn first and the rows read in
+        one ordered pass of random access (what a reservoir gives, without its per-row cost)."""
+        n = self.n_rows
+        if size >= n:
+            ids = np.arange(n, dtype=np.int64)
+        else:
+            ids = np.sort(self.rng(0x5A, stream).choice(n, size=size, replace=False)).astype(np.int64)
+        return ids, self.take(ids)
 
     def count_distances(self, n: int) -> None:
         self.distance_evaluations += int(n)

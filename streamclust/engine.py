@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 
 from .cache import FeatureCache
+from .columns import check_columns
 from .context import Context
 from .errors import DataError, ParameterError
 from .executor import LocalExecutor
@@ -56,7 +57,13 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int = 8, *, features=None, se
     host = host or PluginHost()
     cls = host.algorithm(algorithm)
     algo = cls(n_clusters, seed=seed, **params)
-    d = open_data(data, features=features, on_invalid=on_invalid)
+    req = algo.requirements()
+    d = open_data(data, features=features, on_invalid=on_invalid, exclude=req.columns)
+    check_columns(d.source.schema, req.columns, d.source.name, algorithm)
+    overlap = sorted(set(req.columns) & set(d.spec.columns))
+    if overlap:
+        raise DataError(f"{d.source.name}: column(s) {overlap} cannot be both features and "
+                        f"labels for algorithm '{algorithm}'")
     executor = executor or LocalExecutor()
     owned = work_dir is None
     work_dir = tempfile.mkdtemp(prefix="streamclust-") if owned else work_dir
@@ -67,7 +74,8 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int = 8, *, features=None, se
         t0 = time.perf_counter()
         with tqdm(total=d.n_rows, unit="rows", desc="reading", disable=not show, file=sys.stderr,
                   leave=False) as bar:
-            cache = FeatureCache.build(d, work_dir, batch_size, progress=bar.update)
+            cache = FeatureCache.build(d, work_dir, batch_size, progress=bar.update,
+                                        columns=req.columns)
         if algo.n_clusters > cache.n_rows:
             raise DataError(f"{d.source.name}: more clusters ({algo.n_clusters}) than rows ({cache.n_rows})")
         ctx = Context(cache, work_dir, executor, algo.n_clusters, algo.seed, batch_size)

@@ -250,7 +250,10 @@ class Data:
             if mask is not None:
                 X = np.ascontiguousarray(X[mask])
             X.flags.writeable = False
-            passthrough = pa.Table.from_batches([rb]).select(list(keep)) if keep else None
+            passthrough = None
+            if keep:
+                t = rb if isinstance(rb, pa.Table) else pa.Table.from_batches([rb])
+                passthrough = t.select(list(keep))
             yield Batch(start, X, passthrough, kept=mask, origin=origin)
             start += rb.num_rows
 

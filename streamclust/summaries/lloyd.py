@@ -1,0 +1,55 @@
+"""In-memory k-means (k-means++ starts, Lloyd iterations) for small matrices: the final step of
+spectral methods, or anything an algorithm clusters in memory."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..distances import nearest_center
+
+
+def _seed(X, k, rng):
+    """k-means++ in NumPy (float64; small matrices)."""
+    n = len(X)
+    C = np.empty((k, X.shape[1]))
+    C[0] = X[rng.integers(n)]
+    mind = ((X - C[0]) ** 2).sum(1)
+    for i in range(1, k):
+        total = mind.sum()
+        j = rng.choice(n, p=mind / total) if total > 0 else rng.integers(n)
+        C[i] = X[j]
+        np.minimum(mind, ((X - C[i]) ** 2).sum(1), out=mind)
+    return C
+
+
+def kmeans(X, k: int, rng: np.random.Generator, n_init: int = 10, max_iter: int = 300,
+           tol: float = 1e-8):
+    """Best of ``n_init`` runs: ``(centres (k × d) float64, labels int32, inertia)``.
+
+    An emptied cluster takes the point farthest from its centre.  A generator fixes the result.
+    """
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    if not 1 <= k <= len(X):
+        raise ValueError(f"k must lie in [1, {len(X)}], got {k}")
+    best = None
+    for _ in range(n_init):
+        C = _seed(X, k, rng)
+        prev = np.inf
+        for _ in range(max_iter):
+            labels, d2 = nearest_center(X, C)
+            inertia = float(d2.sum())
+            counts = np.bincount(labels, minlength=k)
+            for j in np.flatnonzero(counts == 0):
+                far = int(np.argmax(d2))
+                labels[far], d2[far] = j, 0.0
+                counts = np.bincount(labels, minlength=k)
+            C = np.zeros_like(C)
+            np.add.at(C, labels, X)
+            C /= counts[:, None]
+            if prev - inertia <= tol * max(prev, 1e-300):
+                break
+            prev = inertia
+        labels, d2 = nearest_center(X, C)
+        inertia = float(d2.sum())
+        if best is None or inertia < best[2]:
+            best = (C, labels, inertia)
+    return best

@@ -1,0 +1,49 @@
+"""Extra label columns read with the features, and the in-memory k-means helper."""
+import numpy as np
+import pyarrow as pa
+import pytest
+from sklearn.cluster import KMeans
+
+from streamclust.cache import FeatureCache
+from streamclust.columns import check_columns, column_values, load_column
+from streamclust.errors import DataError
+from streamclust.sources import open_data
+from streamclust.summaries import kmeans
+
+from conftest import write_parquet_dir
+
+
+def test_columns_are_aligned_with_kept_rows(tmp_path, blobs):
+    X, y = blobs
+    X = X.copy()
+    X[[3, 250, 599], 1] = np.nan
+    path = write_parquet_dir(str(tmp_path / "d"), X, y)
+    d = open_data(path, on_invalid="skip", exclude=("label", "id"))
+    work = str(tmp_path / "w")
+    import os
+    os.makedirs(work)
+    cache = FeatureCache.build(d, work, 64, columns=("label", "id"))
+    keep = np.setdiff1d(np.arange(len(X)), [3, 250, 599])
+    ids = load_column(work, "id")
+    values = np.array(column_values(work, "id"))
+    assert cache.n_rows == len(keep) == len(ids)
+    assert np.array_equal(values[ids], keep)           # codes map back to the source ids
+    labels = np.array(column_values(work, "label"))[load_column(work, "label")]
+    assert np.array_equal(labels, y[keep])
+    np.testing.assert_array_equal(cache.X, X[keep].astype(np.float32))
+
+
+def test_missing_and_nested_columns_are_named():
+    t = pa.table({"f": [1.0, 2.0], "tags": pa.array([[1], [2]])})
+    with pytest.raises(DataError, match="needs column 'given'"):
+        check_columns(t.schema, ["given"], "data.parquet", "ism")
+    with pytest.raises(DataError, match="column 'tags'"):
+        check_columns(t.schema, ["tags"], "data.parquet", "ism")
+
+
+def test_kmeans_matches_scikit_learn(blobs):
+    X, _ = blobs
+    C, labels, inertia = kmeans(X, 4, np.random.default_rng(0), n_init=5)
+    ref = KMeans(4, n_init=5, random_state=0).fit(X)
+    assert inertia == pytest.approx(ref.inertia_, rel=1e-6)
+    assert inertia == pytest.approx(((X - C[labels]) ** 2).sum(), rel=1e-9)
