@@ -1,0 +1,109 @@
+"""Dense linear algebra of ISM on an in-memory sample (NumPy / SciPy BLAS; no n² × d arrays).
+
+Notation as in ALGORITHMS.md §3: X (n × d, standardised), W (d × q), K the Gaussian kernel of XW,
+dm = diag(D^{-1/2}), K̃ = dm K dm, U the top eigenvectors of H K̃ H, Yc = H Y (centred one-hot).
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy.linalg import eigh
+from scipy.sparse.linalg import eigsh
+
+LANCZOS_FROM = 400  # above this many rows the U-step uses Lanczos (eigsh) for the top c
+
+
+def sqdist(P: np.ndarray, Q: np.ndarray | None = None) -> np.ndarray:
+    """Squared Euclidean distances between the rows of P and Q (float64, clipped at 0)."""
+    Q = P if Q is None else Q
+    D = (P * P).sum(1)[:, None] + (Q * Q).sum(1)[None, :] - 2.0 * (P @ Q.T)
+    np.maximum(D, 0.0, out=D)
+    return D
+
+
+def median_distance(P: np.ndarray) -> float:
+    """Median distance over the pairs i < j."""
+    D = sqdist(P)
+    iu = np.triu_indices(len(P), 1)
+    return float(np.sqrt(np.median(D[iu]))) if len(iu[0]) else 1.0
+
+
+def gaussian_kernel(P: np.ndarray, sigma: float) -> np.ndarray:
+    K = sqdist(P)
+    K *= -1.0 / (2.0 * sigma * sigma)
+    np.exp(K, out=K)
+    return K
+
+
+def normalized(K: np.ndarray):
+    """``(K̃ = dm K dm, dm)`` with dm = 1/sqrt(row sums)."""
+    dm = 1.0 / np.sqrt(K.sum(1))
+    return (dm[:, None] * K) * dm[None, :], dm
+
+
+def centre(M: np.ndarray) -> np.ndarray:
+    """H M H for a symmetric M."""
+    r = M.mean(0)
+    return M - r[None, :] - r[:, None] + r.mean()
+
+
+def top_eigenvectors(M: np.ndarray, c: int):
+    """The ``c`` largest eigenpairs of a symmetric M, largest first, with a fixed sign
+    (the largest-magnitude entry of each vector is positive)."""
+    n = len(M)
+    if n > LANCZOS_FROM and c < n // 10:
+        v0 = np.random.default_rng(0).standard_normal(n)  # fixed start: deterministic result
+        w, V = eigsh(M, k=c, which="LA", v0=v0)
+        order = np.argsort(w)[::-1]
+        w, V = w[order], V[:, order]
+    else:
+        w, V = eigh(M, subset_by_index=[n - c, n - 1])
+        w, V = w[::-1], V[:, ::-1]
+    return w, fix_signs(V)
+
+
+def fix_signs(V: np.ndarray) -> np.ndarray:
+    idx = np.abs(V).argmax(0)
+    s = np.sign(V[idx, np.arange(V.shape[1])])
+    s[s == 0] = 1
+    return V * s
+
+
+def u_step(K: np.ndarray, c: int):
+    """U-step: ``(U, eigenvalues, K̃, dm)`` for the kernel K."""
+    Kt, dm = normalized(K)
+    w, U = top_eigenvectors(centre(Kt), c)
+    return U, w, Kt, dm
+
+
+def phi(X: np.ndarray, Gamma: np.ndarray) -> np.ndarray:
+    """Φ = Xᵀ (diag(Γ1) − Γ) X (up to the positive factor 2/σ²), O(n²d + nd²)."""
+    g = Gamma.sum(1)
+    return X.T @ (g[:, None] * X) - X.T @ (Gamma @ X)
+
+
+def gamma(Kt: np.ndarray, U: np.ndarray, Yc: np.ndarray, lam: float) -> np.ndarray:
+    """Γ = (dm dmᵀ) ∘ Ψ ∘ K = K̃ ∘ (U Uᵀ − λ Yc Ycᵀ)  (U is already centred: H U = U)."""
+    Psi = U @ U.T
+    if Yc.shape[1] and lam:
+        Psi -= lam * (Yc @ Yc.T)
+    Psi *= Kt
+    return Psi
+
+
+def smallest_eigenvectors(M: np.ndarray, q: int):
+    w, V = np.linalg.eigh((M + M.T) / 2)
+    return w, V[:, :q]
+
+
+def align_signs(Wn: np.ndarray, W: np.ndarray) -> np.ndarray:
+    """Flip columns of Wn to point like the columns of W (eigenvector signs are arbitrary)."""
+    s = np.sign((Wn * W).sum(0))
+    s[s == 0] = 1
+    return Wn * s
+
+
+def objective(Kt: np.ndarray, U: np.ndarray, Yc: np.ndarray, lam: float):
+    """``(CQ, AQ)``: Tr(Uᵀ H K̃ H U) and Tr(Ycᵀ K̃ Yc); the KDAC objective is CQ − λ AQ."""
+    cq = float(np.einsum("ij,ij->", U, Kt @ U))
+    aq = float(np.einsum("ij,ij->", Yc, Kt @ Yc)) if Yc.shape[1] else 0.0
+    return cq, aq

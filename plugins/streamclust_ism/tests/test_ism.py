@@ -1,0 +1,131 @@
+"""ISM against independent facts: Φ by brute force over pairs, the exact Nyström identity on the
+sample, the authors' data sets (NMI against the alternative truth), and streaming predict."""
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import streamclust
+from streamclust.errors import DataError
+from streamclust.metrics import nmi
+from streamclust_ism import spectral as sp
+from streamclust_ism.synthetic import moons_and_gaussians
+
+SHARED = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..",
+                                       "shared", "data", "ism"))
+
+
+def _ism_set(name):
+    path = os.path.join(SHARED, name + ".npz")
+    if not os.path.exists(path):
+        pytest.skip(f"{path} is absent (../shared/data beside the repo)")
+    z = np.load(path, allow_pickle=False)
+    return z["X"], z["y_given"], z["y_alt"]
+
+
+def _table(X, given=None, truth=None):
+    cols = {"features": pa.FixedSizeListArray.from_arrays(
+        pa.array(np.ascontiguousarray(X, dtype=np.float32).ravel()), X.shape[1])}
+    if given is not None:
+        cols["given"] = pa.array(given)
+    if truth is not None:
+        cols["truth"] = pa.array(truth)
+    return pa.table(cols)
+
+
+def test_phi_equals_the_sum_over_pairs():
+    rng = np.random.default_rng(0)
+    n, d, c = 30, 4, 2
+    X = rng.normal(size=(n, d))
+    W = np.linalg.qr(rng.normal(size=(d, 2)))[0]
+    K = sp.gaussian_kernel(X @ W, 0.7)
+    U, _, Kt, dm = sp.u_step(K, c)
+    Yc = np.eye(3)[rng.integers(0, 3, n)]
+    Yc -= Yc.mean(0)
+    G = sp.gamma(Kt, U, Yc, 0.4)
+    H = np.eye(n) - 1.0 / n
+    Psi = H @ (U @ U.T - 0.4 * Yc @ Yc.T) @ H
+    brute = np.zeros((d, d))
+    for i in range(n):
+        for j in range(n):
+            v = X[i] - X[j]
+            brute += dm[i] * dm[j] * Psi[i, j] * K[i, j] * np.outer(v, v)
+    np.testing.assert_allclose(2 * sp.phi(X, G), brute, rtol=1e-10, atol=1e-12)
+
+
+def test_u_step_matches_a_full_eigendecomposition():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(sp.LANCZOS_FROM + 50, 3))
+    K = sp.gaussian_kernel(X, 1.0)
+    U, w, Kt, _ = sp.u_step(K, 3)
+    full_w, full_V = np.linalg.eigh(sp.centre(Kt))
+    np.testing.assert_allclose(w, full_w[::-1][:3], rtol=1e-8)
+    np.testing.assert_allclose(np.abs(U.T @ full_V[:, ::-1][:, :3]), np.eye(3), atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["moon_400x4", "gauss_b_200x4", "gauss_b_1000x4"])
+def test_authors_sets_with_automatic_hyper_parameters(name):
+    X, yg, ya = _ism_set(name)
+    m = streamclust.fit(_table(X, yg), "ism", 2, given="given", progress=False)
+    labels = m.predict(X)
+    assert nmi(ya, labels) >= 0.95
+    assert nmi(yg, labels) <= 0.05
+    last = m.history[-1]
+    assert last["converged"] and last["predict_agreement"] == 1.0
+    assert {"sigma", "lambda", "q", "novelty"} <= set(last)
+
+
+def test_predict_extends_the_sample_exactly():
+    X, yg, ya = moons_and_gaussians(600, 1, seed=3)
+    m = streamclust.fit(_table(X, yg), "ism", 2, given="given", progress=False)
+    a = m.algorithm_
+    E = a.embed(X[a.sample_ids_])
+    np.testing.assert_allclose(E, a.U_, atol=1e-8 * np.abs(a.U_).max())
+
+
+def test_out_of_core_sample_then_streaming_predict(tmp_path):
+    """The issue's case: 20000 rows in Parquet, fit on 2000 sampled rows, label all by predict.
+    (Not every sample works: 6000 rows with a 1000-row sample fails for seed 1; see the note.)"""
+    X, yg, ya = moons_and_gaussians(20000, 2, seed=1)
+    d = tmp_path / "data"
+    d.mkdir()
+    for f, (s, e) in enumerate([(0, 9000), (9000, 20000)]):
+        pq.write_table(_table(X[s:e], yg[s:e], ya[s:e]), str(d / f"p{f}.parquet"), row_group_size=3000)
+    m = streamclust.fit(str(d), "ism", 2, given="given", truth="truth", sample_size=2000,
+                        batch_size=4096, progress=False)
+    assert len(m.algorithm_.sample_ids_) == 2000
+    out = str(tmp_path / "labels.parquet")
+    m.predict_to_parquet(str(d), out, keep=["truth"])
+    t = pq.read_table(out)
+    assert nmi(t["truth"].to_numpy(), t["cluster"].to_numpy()) >= 0.95
+    # the truth column is reported on the sample, and is never used as a feature
+    assert m.history[-1]["nmi_truth"] >= 0.95 and m.n_features == 6
+
+
+def test_missing_given_column_is_named(tmp_path):
+    X, yg, _ = moons_and_gaussians(200, 0)
+    with pytest.raises(DataError, match="needs column 'segment'"):
+        streamclust.fit(_table(X, yg), "ism", 2, given="segment", progress=False)
+
+
+def test_null_in_given_column_names_the_row():
+    X, yg, _ = moons_and_gaussians(200, 0)
+    g = pa.array([None if i == 17 else int(v) for i, v in enumerate(yg)])
+    t = _table(X).append_column("given", g)
+    with pytest.raises(DataError, match="row 17"):
+        streamclust.fit(t, "ism", 2, given="given", progress=False)
+
+
+def test_string_given_labels_and_skipped_rows_stay_aligned():
+    X, yg, ya = moons_and_gaussians(400, 0, seed=2)
+    X = X.copy()
+    X[5, 0] = np.nan
+    names = np.array(["north", "south"])[yg]
+    t = _table(X, names.tolist())
+    m = streamclust.fit(t, "ism", 2, given="given", on_invalid="skip", progress=False)
+    keep = np.ones(len(X), bool)
+    keep[5] = False
+    assert m.info["rows_skipped"] == 1
+    assert nmi(ya[keep], m.predict(X[keep])) >= 0.95
