@@ -1,4 +1,4 @@
-"""The command line: ``streamclust fit | predict | evaluate | plugins | info``."""
+"""The command line: ``streamclust fit | predict | evaluate | graph | plugins | info``."""
 from __future__ import annotations
 
 import json
@@ -105,6 +105,30 @@ def evaluate(model_dir, data, labels, batch_size):
     """Print one JSON object: nmi, acc (and quantization_error for centroid models)."""
     from .model import load_model
     click.echo(json.dumps(load_model(model_dir).evaluate(data, labels, batch_size)))
+
+
+@main.command()
+@click.argument("data")
+@click.option("--neighbors", "-n", type=int, default=5, show_default=True, help="k: neighbours per row.")
+@click.option("--features", "-f", multiple=True)
+@click.option("--out", "-o", required=True,
+              help="Directory for the feature cache, the hnswlib shards and knn/graph_*.npy "
+                   "(reused by a later run with the same settings).")
+@click.option("--shard-rows", type=int, default=2_000_000, show_default=True,
+              help="Rows per hnswlib index (one shard must fit in memory).")
+@click.option("--ef", type=int, default=0, help="Query breadth (0: max(64, 2k + 1)).")
+@click.option("--M", "m", type=int, default=16, show_default=True, help="hnswlib graph degree.")
+@click.option("--batch-size", type=int, default=65536, show_default=True)
+def graph(data, neighbors, features, out, shard_rows, ef, m, batch_size):
+    """Build the kNN graph of DATA (ids N×k int64, distances N×k float32) into --out."""
+    import os
+    import time
+    from .knn import KNN_DIR, knn_graph
+    t = time.perf_counter()
+    g = knn_graph(data, neighbors, features=_split(features), work_dir=out, batch_size=batch_size,
+                  shard_rows=shard_rows, ef=ef, M=m)
+    click.echo(f"{len(g.ids)} rows × {g.n_neighbors} neighbours in {time.perf_counter() - t:.2f} s "
+               f"-> {os.path.join(out, KNN_DIR)}")
 
 
 @main.command()
