@@ -1,8 +1,10 @@
 """Coreset and seeding against exact distributions and brute force."""
 import os
+import contextlib
 import tempfile
 
 import numpy as np
+import pytest
 from scipy import stats
 
 from streamclust.cache import FeatureCache
@@ -12,8 +14,17 @@ from streamclust.sources import open_data
 from streamclust.summaries import afkmc2, importance_sample, kmeanspp
 
 
+_WORK = contextlib.ExitStack()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _clean_work_dirs():
+    yield
+    _WORK.close()
+
+
 def _ctx(X, batch_size=97, seed=0):
-    wd = tempfile.mkdtemp()
+    wd = _WORK.enter_context(tempfile.TemporaryDirectory())  # removed when the module ends
     return Context(FeatureCache.build(open_data(X), wd, batch_size), wd, LocalExecutor(), 3, seed,
                    batch_size)
 
