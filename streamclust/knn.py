@@ -94,7 +94,7 @@ def build_graph(cache: FeatureCache, n_neighbors: int, directory: str, *, shard_
         raise ParameterError(f"n_neighbors must be >= 1, got {n_neighbors!r}")
     if k >= n:
         raise DataError(f"{n} rows: cannot find {k} neighbours per row (need at least k + 1 rows)")
-    ef = ef or max(64, 2 * k + 1)
+    ef = max(ef or 64, 2 * k + 1)  # hnswlib needs ef >= the k it is asked for
     settings = {"n_rows": n, "n_features": dim, "k": k, "M": M, "ef_construction": ef_construction,
                 "ef": ef, "shard_rows": shard_rows, "seed": seed,
                 "cache": cache.meta.get("fingerprint")}
@@ -104,6 +104,8 @@ def build_graph(cache: FeatureCache, n_neighbors: int, directory: str, *, shard_
             if json.load(f) == settings:
                 return KNNGraph.load(directory)
     os.makedirs(directory, exist_ok=True)
+    if os.path.exists(meta_path):  # a rebuild invalidates the old graph until it is complete
+        os.remove(meta_path)
     shards = []
     for s in range(0, n, shard_rows):
         e = min(n, s + shard_rows)

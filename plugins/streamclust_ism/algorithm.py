@@ -137,7 +137,7 @@ class ISM(Algorithm):
         else:
             self.lambda_ = cq / aq if aq > 0 else 0.0
         # Taylor initialisation: Φ at W = 0 (K = 11ᵀ, D = nI)
-        G0 = sp.gamma(np.full((n, n), 1.0 / n), U, self._Yc, self.lambda_)
+        G0 = sp.gamma(1.0 / n, U, self._Yc, self.lambda_)
         ev, V = np.linalg.eigh(sp.phi(self._X, G0))
         self.phi0_eigenvalues_ = ev
         if h["q"]:
@@ -172,10 +172,10 @@ class ISM(Algorithm):
             self._labels_stale = False
 
     def _wstep(self):
-        W = self.W_
+        W, Kt = self.W_, self._Kt  # the U-step already built the kernel at the current W
         for it in range(self.hyper["inner_iterations"]):
-            K = sp.gaussian_kernel(self._X @ W, self.sigma_)
-            Kt, _ = sp.normalized(K)
+            if it:
+                Kt, _ = sp.normalized(sp.gaussian_kernel(self._X @ W, self.sigma_))
             _, Wn = sp.smallest_eigenvectors(sp.phi(self._X, sp.gamma(Kt, self.U_, self._Yc,
                                                                       self.lambda_)), W.shape[1])
             Wn = sp.align_signs(Wn, W)
@@ -285,8 +285,10 @@ class ISM(Algorithm):
         self.q_ = int(state["q"])
         n, d = self.projected_.shape[0], self.mean_.shape[0]
         c = self.n_clusters
-        shapes = {"W_": (d, self.q_ if self.W_.shape[1] == self.q_ else self.W_.shape[1]),
-                  "projected_": (n, self.W_.shape[1]), "extension_": (n, c), "centers_": (c, c),
+        q = self.W_.shape[1]  # below q_ when max_epochs stopped the growth early
+        if self.W_.ndim != 2 or not 1 <= q <= self.q_:
+            raise ParameterError(f"ISM state 'W' has shape {self.W_.shape}, expected (d, <= {self.q_})")
+        shapes = {"W_": (d, q), "projected_": (n, q), "extension_": (n, c), "centers_": (c, c),
                   "degree_scale_": (n,), "offset_": (c,), "scale_": (d,)}
         for k, shape in shapes.items():
             if getattr(self, k).shape != shape:

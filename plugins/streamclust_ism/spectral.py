@@ -81,8 +81,9 @@ def phi(X: np.ndarray, Gamma: np.ndarray) -> np.ndarray:
     return X.T @ (g[:, None] * X) - X.T @ (Gamma @ X)
 
 
-def gamma(Kt: np.ndarray, U: np.ndarray, Yc: np.ndarray, lam: float) -> np.ndarray:
-    """Γ = (dm dmᵀ) ∘ Ψ ∘ K = K̃ ∘ (U Uᵀ − λ Yc Ycᵀ)  (U is already centred: H U = U)."""
+def gamma(Kt, U: np.ndarray, Yc: np.ndarray, lam: float) -> np.ndarray:
+    """Γ = (dm dmᵀ) ∘ Ψ ∘ K = K̃ ∘ (U Uᵀ − λ Yc Ycᵀ)  (U is already centred: H U = U).
+    ``Kt`` may be a scalar (a constant kernel, as in the Taylor start at W = 0)."""
     Psi = U @ U.T
     if Yc.shape[1] and lam:
         Psi -= lam * (Yc @ Yc.T)

@@ -5,20 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..distances import nearest_center
-
-
-def _seed(X, k, rng):
-    """k-means++ in NumPy (float64; small matrices)."""
-    n = len(X)
-    C = np.empty((k, X.shape[1]))
-    C[0] = X[rng.integers(n)]
-    mind = ((X - C[0]) ** 2).sum(1)
-    for i in range(1, k):
-        total = mind.sum()
-        j = rng.choice(n, p=mind / total) if total > 0 else rng.integers(n)
-        C[i] = X[j]
-        np.minimum(mind, ((X - C[i]) ** 2).sum(1), out=mind)
-    return C
+from .seeding import kmeanspp
 
 
 def kmeans(X, k: int, rng: np.random.Generator, n_init: int = 10, max_iter: int = 300,
@@ -32,7 +19,7 @@ def kmeans(X, k: int, rng: np.random.Generator, n_init: int = 10, max_iter: int 
         raise ValueError(f"k must lie in [1, {len(X)}], got {k}")
     best = None
     for _ in range(n_init):
-        C = _seed(X, k, rng)
+        C, _ = kmeanspp(X, k, rng)
         prev = np.inf
         for _ in range(max_iter):
             labels, d2 = nearest_center(X, C)
