@@ -55,11 +55,17 @@ class Param:
 class Requirements:
     """What an algorithm needs the engine to prepare.  ``coreset`` is a size (0: none);
     ``columns`` names extra per-row columns (labels, an existing clustering) that the engine
-    reads with the features and serves through ``ctx.column(name)``; they are never features."""
+    reads with the features and serves through ``ctx.column(name)``; they are never features.
+    ``knn`` (> 0) asks for the k-nearest-neighbour graph of the rows: the engine builds it (or
+    reuses / extends the one in the work directory) before ``start`` and serves it as ``ctx.knn``
+    (:class:`streamclust.KNNGraph`) and ``ctx.knn_index()`` (:class:`streamclust.knn.KNNIndex`).
+    ``transform`` (``"l2"``: unit-norm rows) is applied by the engine to the cached rows and by the
+    model to the rows given to ``predict``."""
 
     coreset: int = 0
     columns: tuple = ()
     knn: int = 0
+    transform: str = ""
     sample: int = 0
     multi_epoch: bool = True
 
@@ -126,6 +132,18 @@ class Algorithm:
 
     def predict(self, X: np.ndarray, soft: bool = False) -> Assignment:
         raise NotImplementedError
+
+    def finish(self, ctx) -> None:
+        """Called once after the last epoch while ``ctx`` (row state, graph, cache) still exists:
+        copy into the fitted attributes what prediction and the model need."""
+
+    def save_files(self, directory: str) -> list:
+        """Write extra model files (an index, ...) into ``directory``; return their names.
+        The model records their checksums and hands them back to :meth:`load_files`."""
+        return []
+
+    def load_files(self, directory: str, names: list) -> None:
+        """Read the files :meth:`save_files` wrote (checked against their checksums)."""
 
     def state(self) -> dict:
         """Fitted state: NumPy arrays go to ``arrays.npz``, everything else to JSON."""

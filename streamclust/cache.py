@@ -74,12 +74,16 @@ class FeatureCache:
 
     @classmethod
     def build(cls, data: Data, work_dir: str, batch_size: int,
-              progress: Callable[[int], None] | None = None, columns=()) -> "FeatureCache":
+              progress: Callable[[int], None] | None = None, columns=(),
+              transform: str = "") -> "FeatureCache":
         """Write (or reuse) the cache of ``data`` in ``work_dir``; validate every value.
-        ``columns``: extra columns read in the same pass (see :mod:`streamclust.columns`)."""
+        ``columns``: extra columns read in the same pass (see :mod:`streamclust.columns`);
+        ``transform``: a row transform of :mod:`streamclust.transforms` applied to every row."""
+        from .transforms import apply, check
+        check(transform)
         key = {"fingerprint": data.source.fingerprint(), "spec": data.spec.to_json(),
                "on_invalid": data.on_invalid, "n_features": data.n_features,
-               "columns": sorted(columns)}
+               "columns": sorted(columns), "transform": transform}
         if key["fingerprint"] is not None:
             old = cls.open(work_dir)
             if old is not None and all(old.meta.get(k) == v for k, v in key.items()):
@@ -91,7 +95,7 @@ class FeatureCache:
         try:
             with open(tmp, "wb") as f:
                 for b in data.iter_batches(batch_size, keep=tuple(columns)):
-                    f.write(memoryview(b.X).cast("B"))
+                    f.write(memoryview(apply(transform, b.X)).cast("B"))
                     if columns:
                         collector.add(b)
                     n += len(b.X)

@@ -116,7 +116,7 @@ def evaluate(model_dir, data, labels, batch_size):
                    "(reused by a later run with the same settings).")
 @click.option("--shard-rows", type=int, default=2_000_000, show_default=True,
               help="Rows per hnswlib index (one shard must fit in memory).")
-@click.option("--ef", type=int, default=0, help="Query breadth (0: 64; never below 2k + 1).")
+@click.option("--ef", type=int, default=0, help="Query breadth (0: 24; never below 2k + 2).")
 @click.option("--M", "m", type=int, default=16, show_default=True, help="hnswlib graph degree.")
 @click.option("--batch-size", type=int, default=65536, show_default=True)
 def graph(data, neighbors, features, out, shard_rows, ef, m, batch_size):

@@ -20,11 +20,13 @@ class Context:
     * ``column(name)`` / ``column_values(name)``: a declared extra column as row-aligned int64
       codes (-1: null) and the distinct values the codes stand for;
     * ``sample(size)``: a uniform sample of rows without replacement;
+    * ``knn`` / ``knn_index()``: the kNN graph and its sharded hnswlib index, when the algorithm
+      declared ``Requirements.knn``;
     * ``rng(*stream)``: a NumPy generator fixed by the run's seed and the stream key.
     """
 
     def __init__(self, cache: FeatureCache, work_dir: str, executor, n_clusters: int, seed: int,
-                 batch_size: int, progress=None):
+                 batch_size: int, progress=None, knn=None):
         self.data = cache
         self.work_dir = work_dir
         self.executor = executor
@@ -36,6 +38,14 @@ class Context:
         self._progress = progress
         self._stats = None
         self._coresets = {}
+        self.knn = knn
+
+    def knn_index(self):
+        """The graph's hnswlib shards as one :class:`streamclust.knn.KNNIndex` (loaded in memory)."""
+        if self.knn is None:
+            raise RuntimeError("no kNN graph: declare Requirements(knn=k) to have one built")
+        from .knn import KNN_DIR, load_index
+        return load_index(os.path.join(self.work_dir, KNN_DIR))
 
     @property
     def n_rows(self) -> int:

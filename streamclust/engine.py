@@ -44,13 +44,15 @@ def _check_int(name, value, low):
 def fit(data, algorithm: str = "dgmm", n_clusters: int = 8, *, features=None, seed: int = 0,
         batch_size: int = 65536, max_epochs: int = 100, work_dir: str | None = None,
         on_invalid: str = "error", progress: bool | None = None, host: PluginHost | None = None,
-        executor=None, **params) -> Model:
+        executor=None, knn_options: dict | None = None, **params) -> Model:
     """Fit ``algorithm`` with ``n_clusters`` clusters on ``data`` and return the :class:`Model`.
 
     ``data``: a Parquet file / directory / glob, an Arrow IPC file, a NumPy array or pyarrow data.
     ``features``: one list column or several numeric columns (default: the only list column, else
     every numeric column).  ``on_invalid='skip'`` drops rows with NaN/inf (counted in
-    ``model.info['rows_skipped']``).  ``params`` are the algorithm's hyper-parameters.
+    ``model.info['rows_skipped']``).  ``knn_options``: settings of the kNN graph for algorithms
+    that need one (see :func:`streamclust.knn.build_graph`).  ``params`` are the algorithm's
+    hyper-parameters.
     """
     _check_int("batch_size", batch_size, 1)
     _check_int("max_epochs", max_epochs, 1)
@@ -75,10 +77,22 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int = 8, *, features=None, se
         with tqdm(total=d.n_rows, unit="rows", desc="reading", disable=not show, file=sys.stderr,
                   leave=False) as bar:
             cache = FeatureCache.build(d, work_dir, batch_size, progress=bar.update,
-                                        columns=req.columns)
+                                        columns=req.columns, transform=req.transform)
         if algo.n_clusters > cache.n_rows:
             raise DataError(f"{d.source.name}: more clusters ({algo.n_clusters}) than rows ({cache.n_rows})")
-        ctx = Context(cache, work_dir, executor, algo.n_clusters, algo.seed, batch_size)
+        knn_info = None
+        graph = None
+        if req.knn:
+            from .knn import KNN_DIR, build_graph
+            t_knn = time.perf_counter()
+            with tqdm(total=2 * cache.n_rows, unit="rows", desc="kNN graph", disable=not show,
+                      file=sys.stderr, leave=False) as bar:
+                graph = build_graph(cache, req.knn, os.path.join(work_dir, KNN_DIR),
+                                    seed=seed, batch_size=batch_size, progress=bar.update,
+                                    **(knn_options or {}))
+            knn_info = {"seconds": time.perf_counter() - t_knn, "status": graph.status,
+                        "n_neighbors": req.knn}
+        ctx = Context(cache, work_dir, executor, algo.n_clusters, algo.seed, batch_size, knn=graph)
         run = Run(algorithm, algo.get_params(), cache.n_rows, cache.n_features, work_dir)
         host.hook.streamclust_run_started(run=run)
         t_start = time.perf_counter()
@@ -105,10 +119,13 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int = 8, *, features=None, se
                 if rep.converged:
                     converged = True
                     break
+        algo.finish(ctx)
         info = {"rows": cache.n_rows, "rows_skipped": cache.skipped, "features": cache.n_features,
                 "epochs": len(run.history), "converged": converged, "start": start_info,
                 "seconds": time.perf_counter() - t0, "batch_size": batch_size,
                 "executor": getattr(executor, "name", type(executor).__name__)}
+        if knn_info:
+            info["knn"] = knn_info
         model = Model(algo, d.spec, cache.n_features, run.history, info)
         host.hook.streamclust_run_finished(run=run, model=model)
         return model

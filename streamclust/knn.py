@@ -1,21 +1,32 @@
-"""kNN graphs out of core with sharded hnswlib indices.
+"""kNN graphs out of core with sharded hnswlib indices, built incrementally.
 
-The rows (from the feature cache) are split into shards of at most ``shard_rows`` rows, one
-hnswlib index each, built by adding the shard's rows batch by batch.  Every batch of rows is then
-queried against every shard and the per-shard answers are merged into the global top k, the row
-itself excluded.  The graph is row-aligned: ``ids`` (N × k int64) and ``distances`` (N × k
-float32, Euclidean), sorted by distance.  Indices and graph are written to ``<work_dir>/knn/``
-(temporary names, then renamed) and reused when the data, k and the index settings match.
+The rows of the feature cache are split into shards, one hnswlib index each.  A shard is built
+single-threaded (so it is a function of its rows and the seed) and several shards are built at
+once, one per thread: a data set gets at least as many shards as threads when it has
+``min_shard_rows`` rows per thread, and never a shard above ``shard_rows`` rows (one shard must fit
+in memory).  Each shard is then queried with every batch of rows and the per-shard answers are
+merged into the row-aligned top k, the row itself excluded; only the shards being built are in
+memory.  The graph is ``ids`` (N × k int64) and ``distances`` (N × k float32, Euclidean), nearest
+first, written to ``<work_dir>/knn/`` (temporary names, then renamed) with ``knn.json``.
 
-hnswlib's multi-threaded insertion is not deterministic (the order in which threads link nodes
-varies); ``threads=1`` makes the graph a function of the seed.
+A later call reuses the graph when the data and settings match.  When the data set grew by rows
+appended after the indexed ones (new files sorting after the old ones; checked by a hash of the
+old rows), only the new rows are indexed: new shards are built from them, every old row is
+queried against the new shards only, every new row against all shards.  The result is the graph
+a full build with the same shard boundaries would give.
+
+Determinism: the graph is fixed by the seed and the shard boundaries, which depend on the number
+of threads only through the rule above.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import os
 import shutil
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,14 +36,34 @@ from .errors import DataError, ParameterError
 from .sources import open_data
 
 KNN_DIR = "knn"
+META = "knn.json"
+#: settings that must match for a graph to be reused or extended
+_KEY = ("n_features", "k", "M", "ef_construction", "ef", "shard_rows", "min_shard_rows", "seed",
+        "threads")
+
+
+def n_threads(threads: int) -> int:
+    if threads and threads > 0:
+        return int(threads)
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def query_ef(ef: int, k: int) -> int:
+    """hnswlib needs ef >= the k it is asked for (k + 1: the row itself comes back)."""
+    return max(ef or 24, 2 * k + 2)
 
 
 @dataclass
 class KNNGraph:
-    """Row-aligned kNN graph: ``ids[i]`` are the k nearest other rows of row i, nearest first."""
+    """Row-aligned kNN graph: ``ids[i]`` are the k nearest other rows of row i, nearest first.
+    ``status`` says how the last call got it: ``built``, ``appended`` or ``reused``."""
 
     ids: np.ndarray
     distances: np.ndarray
+    status: str = "built"
 
     @property
     def n_neighbors(self) -> int:
@@ -48,7 +79,8 @@ class KNNGraph:
         from scipy.sparse import csr_matrix
         n, k = self.ids.shape
         data = np.ones(n * k) if weights == "binary" else self.distances.astype(np.float64).ravel()
-        return csr_matrix((data, self.ids.ravel(), np.arange(0, n * k + 1, k)), shape=(n, n))
+        return csr_matrix((data, np.asarray(self.ids).ravel(), np.arange(0, n * k + 1, k)),
+                          shape=(n, n))
 
     def symmetric(self, weights: str = "binary"):
         """W = (A + Aᵀ) / 2, as SLK uses it."""
@@ -72,7 +104,7 @@ class KNNGraph:
         ids, dist = (np.load(p, mmap_mode="r", allow_pickle=False) for p in paths)
         if ids.shape != dist.shape or ids.ndim != 2:
             raise DataError(f"{directory}: graph arrays disagree ({ids.shape} vs {dist.shape})")
-        return cls(ids, dist)
+        return cls(ids, dist, "reused")
 
 
 def _merge(best_ids, best_d, new_ids, new_d, k):
@@ -82,78 +114,224 @@ def _merge(best_ids, best_d, new_ids, new_d, k):
     return np.take_along_axis(ids, order, 1), np.take_along_axis(d, order, 1)
 
 
-def build_graph(cache: FeatureCache, n_neighbors: int, directory: str, *, shard_rows: int = 2_000_000,
-                M: int = 16, ef_construction: int = 200, ef: int = 0, seed: int = 0,
-                threads: int = -1, batch_size: int = 65536, progress=None) -> KNNGraph:
-    """Build the graph of the cached rows (see the module docstring); reuse a matching one."""
-    import hnswlib
+def _query_shard(index, X, rows, k, threads):
+    """Top ``k`` of one shard for the rows ``X`` (global ids ``rows``, or None: not indexed rows),
+    squared distances, the row itself removed."""
+    kk = min(k + 1, index.get_current_count())
+    lab, d2 = index.knn_query(X, k=kk, num_threads=threads)
+    lab = lab.astype(np.int64)
+    d2 = d2.astype(np.float32)
+    if rows is not None:
+        d2 = np.where(lab == rows[:, None], np.float32(np.inf), d2)
+    return lab, d2
 
+
+class KNNIndex:
+    """The sharded hnswlib index of a set of rows, queried as one: ``query(X, k)``."""
+
+    def __init__(self, shards: list, dim: int, ef: int, threads: int = -1):
+        self.shards, self.dim, self.ef, self.threads = list(shards), int(dim), int(ef), threads
+
+    @property
+    def n_rows(self) -> int:
+        return sum(s.get_current_count() for s in self.shards)
+
+    def query(self, X: np.ndarray, k: int, rows=None):
+        """``(ids, distances)`` of the ``k`` nearest indexed rows of every row of ``X`` (Euclidean,
+        nearest first).  ``rows``: global ids of the query rows when they are indexed rows
+        themselves, so that a row is not its own neighbour."""
+        X = np.ascontiguousarray(X, dtype=np.float32)
+        rows = None if rows is None else np.asarray(rows, np.int64)
+        best_i = np.zeros((len(X), 0), np.int64)
+        best_d = np.zeros((len(X), 0), np.float32)
+        for index in self.shards:
+            index.set_ef(max(self.ef, k + 1))
+            lab, d2 = _query_shard(index, X, rows, k, n_threads(self.threads))
+            best_i, best_d = _merge(best_i, best_d, lab, d2, k)
+        return best_i, np.sqrt(np.maximum(best_d, 0))
+
+    def save(self, directory: str, prefix: str = "knn_shard") -> list:
+        """Write one file per shard into ``directory``; returns the file names."""
+        names = []
+        for i, index in enumerate(self.shards):
+            name = f"{prefix}_{i:04d}.bin"
+            index.save_index(os.path.join(directory, name))
+            names.append(name)
+        return names
+
+    @classmethod
+    def load(cls, paths: list, dim: int, ef: int, threads: int = -1) -> "KNNIndex":
+        import hnswlib
+        shards = []
+        for p in paths:
+            index = hnswlib.Index(space="l2", dim=int(dim))
+            try:
+                index.load_index(p)
+            except Exception as e:  # noqa: BLE001 - hnswlib raises RuntimeError on bad files
+                raise DataError(f"{p}: cannot load the hnswlib index ({e})") from None
+            shards.append(index)
+        return cls(shards, dim, ef, threads)
+
+
+def plan_shards(start: int, stop: int, shard_rows: int, threads: int, min_shard_rows: int):
+    """Equal consecutive ranges covering ``[start, stop)`` (see the module docstring)."""
+    n = stop - start
+    if n <= 0:
+        return []
+    count = max(math.ceil(n / shard_rows), min(threads, max(1, n // min_shard_rows)))
+    edges = np.linspace(start, stop, count + 1).round().astype(np.int64)
+    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+
+
+def rows_hash(X, stop: int, batch_size: int = 65536) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for s in range(0, stop, batch_size):
+        h.update(np.ascontiguousarray(X[s:min(stop, s + batch_size)]).data)
+    return h.hexdigest()
+
+
+def _build_shard(X, start, stop, s, batch_size, progress):
+    import hnswlib
+    index = hnswlib.Index(space="l2", dim=X.shape[1])
+    index.init_index(max_elements=stop - start, ef_construction=s["ef_construction"], M=s["M"],
+                     random_seed=s["seed"])
+    for b in range(start, stop, batch_size):
+        e = min(stop, b + batch_size)
+        index.add_items(np.asarray(X[b:e]), np.arange(b, e), num_threads=1)
+        if progress:
+            progress(e - b)
+    return index
+
+
+def _read_meta(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def build_graph(cache: FeatureCache, n_neighbors: int, directory: str, *, shard_rows: int = 2_000_000,
+                M: int = 16, ef_construction: int = 100, ef: int = 0, seed: int = 0,
+                threads: int = -1, min_shard_rows: int = 10_000, batch_size: int = 65536,
+                progress=None) -> KNNGraph:
+    """The graph of the cached rows (see the module docstring): reused, extended or built."""
     n, dim = cache.n_rows, cache.n_features
-    k = int(n_neighbors)
-    if isinstance(n_neighbors, bool) or k < 1:
+    if isinstance(n_neighbors, bool) or int(n_neighbors) < 1:
         raise ParameterError(f"n_neighbors must be >= 1, got {n_neighbors!r}")
+    k = int(n_neighbors)
+    for name, v, low in (("shard_rows", shard_rows, 1), ("M", M, 2),
+                         ("ef_construction", ef_construction, 1), ("min_shard_rows", min_shard_rows, 1)):
+        if isinstance(v, bool) or int(v) < low:
+            raise ParameterError(f"{name} must be >= {low}, got {v!r}")
     if k >= n:
         raise DataError(f"{n} rows: cannot find {k} neighbours per row (need at least k + 1 rows)")
-    ef = max(ef or 64, 2 * k + 1)  # hnswlib needs ef >= the k it is asked for
-    settings = {"n_rows": n, "n_features": dim, "k": k, "M": M, "ef_construction": ef_construction,
-                "ef": ef, "shard_rows": shard_rows, "seed": seed,
-                "cache": cache.meta.get("fingerprint")}
-    meta_path = os.path.join(directory, "knn.json")
-    if settings["cache"] is not None and os.path.exists(meta_path):
-        with open(meta_path) as f:
-            if json.load(f) == settings:
-                return KNNGraph.load(directory)
+    nt = n_threads(threads)
+    settings = {"n_features": dim, "k": k, "M": int(M), "ef_construction": int(ef_construction),
+                "ef": query_ef(ef, k), "shard_rows": int(shard_rows),
+                "min_shard_rows": int(min_shard_rows), "seed": int(seed), "threads": nt}
+    meta_path = os.path.join(directory, META)
+    old = _read_meta(meta_path)
+    fingerprint = cache.meta.get("fingerprint")
+    if old is not None and all(old.get(key) == settings[key] for key in _KEY):
+        if fingerprint is not None and old.get("cache") == fingerprint and old.get("n_rows") == n:
+            return KNNGraph.load(directory)
+        if not (0 < old.get("n_rows", 0) < n and old.get("rows_hash") == rows_hash(cache.X, old["n_rows"])):
+            old = None
+    else:
+        old = None
     os.makedirs(directory, exist_ok=True)
-    if os.path.exists(meta_path):  # a rebuild invalidates the old graph until it is complete
+    if os.path.exists(meta_path):  # the old graph is invalid until the new one is complete
         os.remove(meta_path)
-    shards = []
-    for s in range(0, n, shard_rows):
-        e = min(n, s + shard_rows)
-        index = hnswlib.Index(space="l2", dim=dim)
-        index.init_index(max_elements=e - s, ef_construction=ef_construction, M=M, random_seed=seed)
-        for b in range(s, e, batch_size):
-            stop = min(e, b + batch_size)
-            index.add_items(np.asarray(cache.X[b:stop]), np.arange(b, stop), num_threads=threads)
+    if not old:  # a full build: shard files of an earlier build are stale
+        for name in os.listdir(directory):
+            if name.startswith("shard_") and name.endswith(".bin"):
+                os.remove(os.path.join(directory, name))
+    n_old = old["n_rows"] if old else 0
+    shards_old = [tuple(s) for s in old["shards"]] if old else []
+    ranges = plan_shards(n_old, n, shard_rows, nt, min_shard_rows)
+    first = len(shards_old)
+
+    ids = np.lib.format.open_memmap(os.path.join(directory, "graph_ids.tmp.npy"), "w+", np.int64, (n, k))
+    dist = np.lib.format.open_memmap(os.path.join(directory, "graph_distances.tmp.npy"), "w+",
+                                     np.float32, (n, k))
+    ids[:] = -1
+    dist[:] = np.inf
+    if old:  # start from the old graph (squared distances while merging)
+        g = KNNGraph.load(directory)
+        for s in range(0, n_old, batch_size):
+            e = min(n_old, s + batch_size)
+            ids[s:e] = g.ids[s:e]
+            dist[s:e] = np.square(g.distances[s:e])
+        del g
+
+    def merge_into(index, start, stop):
+        for s in range(start, stop, batch_size):
+            e = min(stop, s + batch_size)
+            lab, d2 = _query_shard(index, np.asarray(cache.X[s:e]), np.arange(s, e), k, nt)
+            i2, d2 = _merge(np.asarray(ids[s:e]), np.asarray(dist[s:e]), lab, d2, k)
+            ids[s:e], dist[s:e] = i2, d2
             if progress:
-                progress(stop - b)
-        index.set_ef(ef)
-        path = os.path.join(directory, f"shard_{len(shards):04d}.bin")
-        index.save_index(path + ".tmp")
-        os.replace(path + ".tmp", path)
-        shards.append(index)
-    ids = np.empty((n, k), dtype=np.int64)
-    dist = np.empty((n, k), dtype=np.float32)
+                progress(e - s)
+
+    q_ef = settings["ef"]
+    if old:  # the new rows against every old shard, one shard in memory at a time
+        import hnswlib
+        for j, (a, b) in enumerate(shards_old):
+            index = hnswlib.Index(space="l2", dim=dim)
+            index.load_index(os.path.join(directory, f"shard_{j:04d}.bin"))
+            index.set_ef(q_ef)
+            merge_into(index, n_old, n)
+            del index
+    with ThreadPoolExecutor(max_workers=nt) as pool:
+        for g0 in range(0, len(ranges), nt):  # build nt shards at once, then query them
+            group = ranges[g0:g0 + nt]
+            built = list(pool.map(lambda r: _build_shard(cache.X, r[0], r[1], settings, batch_size,
+                                                         progress), group))
+            for j, index in enumerate(built):
+                path = os.path.join(directory, f"shard_{first + g0 + j:04d}.bin")
+                index.save_index(path + ".tmp")
+                os.replace(path + ".tmp", path)
+                index.set_ef(q_ef)
+                merge_into(index, 0, n)
+            del built
     for s in range(0, n, batch_size):
-        Xb = np.asarray(cache.X[s:s + batch_size])
-        rows = np.arange(s, s + len(Xb))
-        best_i = np.full((len(Xb), 0), -1, np.int64)
-        best_d = np.zeros((len(Xb), 0), np.float32)
-        for index in shards:
-            kk = min(k + 1, index.get_current_count())
-            lab, d2 = index.knn_query(Xb, k=kk, num_threads=threads)
-            lab = lab.astype(np.int64)
-            d2 = np.where(lab == rows[:, None], np.inf, d2)  # the row itself is not a neighbour
-            best_i, best_d = _merge(best_i, best_d, lab, d2.astype(np.float32), k)
-        ids[s:s + len(Xb)] = best_i
-        dist[s:s + len(Xb)] = np.sqrt(np.maximum(best_d, 0))
-        if progress:
-            progress(len(Xb))
-    graph = KNNGraph(ids, dist)
-    graph.save(directory)
+        e = min(n, s + batch_size)
+        dist[s:e] = np.sqrt(np.maximum(dist[s:e], 0))
+    ids.flush()
+    dist.flush()
+    del ids, dist
+    for name in ("ids", "distances"):
+        os.replace(os.path.join(directory, f"graph_{name}.tmp.npy"),
+                   os.path.join(directory, f"graph_{name}.npy"))
+    meta = dict(settings, n_rows=n, cache=fingerprint, rows_hash=rows_hash(cache.X, n, batch_size),
+                shards=[list(r) for r in shards_old + ranges])
     tmp = meta_path + ".tmp"
     with open(tmp, "w") as f:
-        json.dump(settings, f)
+        json.dump(meta, f, indent=1)
     os.replace(tmp, meta_path)
+    graph = KNNGraph.load(directory)
+    graph.status = "appended" if old else "built"
     return graph
+
+
+def load_index(directory: str, threads: int = -1) -> KNNIndex:
+    """The shards of the graph in ``directory`` as one queryable :class:`KNNIndex`."""
+    meta = _read_meta(os.path.join(directory, META))
+    if meta is None:
+        raise DataError(f"{directory}: no kNN index here ({META} missing or unreadable)")
+    paths = [os.path.join(directory, f"shard_{j:04d}.bin") for j in range(len(meta["shards"]))]
+    return KNNIndex.load(paths, meta["n_features"], meta["ef"], threads)
 
 
 def knn_graph(data, n_neighbors: int = 5, *, features=None, work_dir: str | None = None,
               batch_size: int = 65536, on_invalid: str = "error", **options) -> KNNGraph:
     """The kNN graph of ``data`` (path, array, pyarrow data): ``.ids`` and ``.distances``.
 
-    ``work_dir`` keeps the feature cache, the hnswlib shards and the graph for reuse; without
-    it they live in a temporary directory and the returned arrays are in memory.  ``options``:
-    ``shard_rows``, ``M``, ``ef_construction``, ``ef``, ``seed``, ``threads``, ``progress``.
+    ``work_dir`` keeps the feature cache, the hnswlib shards and the graph for reuse and for
+    appending rows later; without it they live in a temporary directory and the returned arrays
+    are in memory.  ``options``: ``shard_rows``, ``min_shard_rows``, ``M``, ``ef_construction``,
+    ``ef``, ``seed``, ``threads``, ``progress``.
     """
     d = open_data(data, features=features, on_invalid=on_invalid)
     owned = work_dir is None
@@ -164,7 +342,7 @@ def knn_graph(data, n_neighbors: int = 5, *, features=None, work_dir: str | None
         g = build_graph(cache, n_neighbors, os.path.join(work_dir, KNN_DIR), batch_size=batch_size,
                         **options)
         if owned:
-            g = KNNGraph(np.array(g.ids), np.array(g.distances))
+            g = KNNGraph(np.array(g.ids), np.array(g.distances), g.status)
         return g
     finally:
         if owned:

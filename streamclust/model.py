@@ -81,9 +81,14 @@ class Model:
             raise DataError(f"predict: row {int(np.flatnonzero(bad)[0])} holds NaN or inf")
         return X
 
+    def _predict_rows(self, X: np.ndarray, soft: bool = False):
+        """The algorithm's prediction after the row transform it asked for (as in the fit)."""
+        from .transforms import apply
+        return self.algorithm_.predict(apply(self.algorithm_.requirements().transform, X), soft=soft)
+
     def predict(self, X, soft: bool = False):
         """Labels (int32) for the rows of ``X``; with ``soft=True`` also the soft assignments."""
-        a = self.algorithm_.predict(self._check_matrix(X), soft=soft)
+        a = self._predict_rows(self._check_matrix(X), soft=soft)
         labels = np.asarray(a.labels, dtype=np.int32)
         return (labels, a.soft) if soft else labels
 
@@ -116,7 +121,7 @@ class Model:
         try:
             with pq.ParquetWriter(tmp, schema) as w:
                 for b in d.iter_batches(batch_size, keep=keep):
-                    labels = self.algorithm_.predict(b.X).labels.astype(np.int32)
+                    labels = self._predict_rows(b.X).labels.astype(np.int32)
                     if b.kept is not None:
                         full = np.full(len(b.kept), -1, dtype=np.int32)
                         full[b.kept] = labels
@@ -146,7 +151,7 @@ class Model:
         rows = unlabeled = 0
         from .distances import nearest_center
         for b in d.iter_batches(batch_size, keep=[labels]):
-            pred = self.algorithm_.predict(b.X).labels.astype(np.int64)
+            pred = self._predict_rows(b.X).labels.astype(np.int64)
             truth = b.columns.column(labels)
             if b.kept is not None:
                 truth = truth.filter(pa.array(b.kept))
@@ -186,13 +191,20 @@ class Model:
         tmp = tempfile.mkdtemp(prefix=".streamclust-model-", dir=parent)
         try:
             np.savez(os.path.join(tmp, ARRAYS), **arrays)
+            files = {}
+            for name in self.algorithm_.save_files(tmp):
+                if name in (ARRAYS, MODEL_JSON) or os.path.basename(name) != name:
+                    raise StreamclustError(f"algorithm '{self.algorithm}' wrote a model file with a "
+                                           f"reserved or nested name: {name!r}")
+                files[name] = _sha256(os.path.join(tmp, name))
             from . import __version__
             meta = {"format": FORMAT, "streamclust_version": __version__,
                     "algorithm": self.algorithm, "algorithm_version": self.algorithm_.version,
                     "params": self.params, "features": None if self.feature_spec is None else
                     self.feature_spec.to_json(), "n_features": self.n_features,
                     "history": self.history, "info": self.info, "state": extra,
-                    "arrays": sorted(arrays), "arrays_sha256": _sha256(os.path.join(tmp, ARRAYS))}
+                    "arrays": sorted(arrays), "arrays_sha256": _sha256(os.path.join(tmp, ARRAYS)),
+                    "files": files}
             with open(os.path.join(tmp, MODEL_JSON), "w") as f:
                 json.dump(_jsonable(meta), f, indent=1)
             old = None
@@ -245,5 +257,19 @@ def load_model(path: str, host=None) -> Model:
         raise ModelError(f"{path}: invalid model parameters ({e})") from None
     except (ValueError, KeyError, TypeError, IndexError) as e:
         raise ModelError(f"{path}: invalid model state ({type(e).__name__}: {e})") from None
+    files = meta.get("files") or {}
+    if not isinstance(files, dict):
+        raise ModelError(f"{mj}: 'files' must map file names to checksums")
+    for name, digest in files.items():
+        fp = os.path.join(path, name)
+        if os.path.basename(name) != name or name in (ARRAYS, MODEL_JSON):
+            raise ModelError(f"{mj}: invalid model file name {name!r}")
+        if not os.path.isfile(fp) or _sha256(fp) != digest:
+            raise ModelError(f"{fp}: missing or does not match the checksum in {MODEL_JSON} "
+                             "(tampered or corrupt)")
+    try:  # always called: an algorithm that needs files says so when they are missing
+        algo.load_files(path, sorted(files))
+    except StreamclustError as e:
+        raise ModelError(f"{path}: {e}") from None
     spec = FeatureSpec.from_json(meta["features"]) if meta.get("features") else None
     return Model(algo, spec, n_features, meta.get("history"), meta.get("info"))

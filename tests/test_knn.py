@@ -75,3 +75,66 @@ def test_cli_graph(tmp_path, blobs):
     assert r.exit_code == 0, r.output
     g = streamclust.KNNGraph.load(os.path.join(out, "knn"))
     assert _recall(g.ids, _exact(X, 4)[0]) >= 0.99
+
+
+def test_appending_files_extends_the_graph_like_a_full_rebuild(tmp_path):
+    X, _ = make_blobs(n=3000, k=6, d=8, seed=5, spread=1.0)
+    X = X.astype(np.float32)
+    data = write_parquet_dir(str(tmp_path / "d"), X, files=3)
+    later = os.path.join(data, "part-002.parquet")
+    os.rename(later, str(tmp_path / "held-back.parquet"))
+    work = str(tmp_path / "w")
+    opts = dict(work_dir=work, features="embedding", min_shard_rows=500, threads=2, batch_size=256)
+    g1 = streamclust.knn_graph(data, 5, **opts)
+    n1 = len(g1.ids)
+    assert g1.status == "built" and n1 == 2000
+    os.rename(str(tmp_path / "held-back.parquet"), later)  # a new file sorts after the old ones
+    g2 = streamclust.knn_graph(data, 5, **opts)
+    assert g2.status == "appended" and len(g2.ids) == 3000
+    full = streamclust.knn_graph(data, 5, **{**opts, "work_dir": str(tmp_path / "fresh")})
+    assert full.status == "built"
+    exact = _exact(X, 5)[0]
+    r_app, r_full = _recall(g2.ids, exact), _recall(full.ids, exact)
+    assert r_app >= 0.99 and abs(r_app - r_full) <= 0.005, (r_app, r_full)
+    # old rows whose neighbours are now new rows were updated
+    changed = (np.asarray(g2.ids[:n1]) >= n1).any(1).mean()
+    assert changed > 0.1
+    g3 = streamclust.knn_graph(data, 5, **opts)
+    assert g3.status == "reused"
+    np.testing.assert_array_equal(g3.ids, g2.ids)
+
+
+def test_changed_old_rows_force_a_full_rebuild(tmp_path):
+    X, _ = make_blobs(n=1200, k=4, d=5, seed=6)
+    work = str(tmp_path / "w")
+    g1 = streamclust.knn_graph(X[:800].astype(np.float32), 4, work_dir=work)
+    Y = X.astype(np.float32).copy()
+    Y[10] += 1.0  # an old row changed: its hash no longer matches
+    g2 = streamclust.knn_graph(Y, 4, work_dir=work)
+    assert g1.status == "built" and g2.status == "built"
+    assert _recall(g2.ids, _exact(Y, 4)[0]) >= 0.99
+
+
+def test_parallel_shards_are_deterministic_and_the_index_queries_like_brute_force():
+    from streamclust.knn import KNNIndex, build_graph, load_index  # noqa: F401
+    X, _ = make_blobs(n=2400, k=5, d=6, seed=8)
+    X = X.astype(np.float32)
+    a = streamclust.knn_graph(X, 5, min_shard_rows=600, threads=2, seed=3)
+    b = streamclust.knn_graph(X, 5, min_shard_rows=600, threads=2, seed=3)
+    np.testing.assert_array_equal(a.ids, b.ids)
+    assert _recall(a.ids, _exact(X, 5)[0]) >= 0.99
+
+
+def test_knn_index_query_of_new_rows(tmp_path):
+    from streamclust.knn import load_index
+    X, _ = make_blobs(n=1500, k=5, d=6, seed=9)
+    X = X.astype(np.float32)
+    work = str(tmp_path / "w")
+    streamclust.knn_graph(X[:1000], 5, work_dir=work, min_shard_rows=300, threads=2)
+    index = load_index(os.path.join(work, "knn"))
+    assert len(index.shards) == 2 and index.n_rows == 1000
+    ids, dist = index.query(X[1000:], 5)
+    D = ((X[1000:, None, :] - X[None, :1000, :]) ** 2).sum(2)
+    exact = np.argsort(D, 1)[:, :5]
+    assert _recall(ids, exact) >= 0.99
+    np.testing.assert_allclose(dist, np.sqrt(np.take_along_axis(D, ids, 1)), rtol=1e-4, atol=1e-5)
