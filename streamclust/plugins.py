@@ -17,7 +17,7 @@ from .algorithm import Algorithm
 from .errors import ParameterError, PluginError
 
 ENTRY_POINT_GROUP = "streamclust"
-BUILTIN_PLUGINS = (("dgmm", "streamclust_dgmm"), ("ism", "streamclust_ism"))
+BUILTIN_PLUGINS = (("dgmm", "streamclust_dgmm"), ("ism", "streamclust_ism"), ("slk", "streamclust_slk"))
 
 
 @dataclass

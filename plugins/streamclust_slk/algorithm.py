@@ -1,0 +1,416 @@
+"""SLK: Scalable Laplacian K-modes (Ziko, Granger, Ben Ayed, NeurIPS 2018, paper 000;
+ALGORITHMS.md §2), modes by the bound's maximum (``mode="bo"``) or by mean-shift (``"ms"``).
+
+min_Z −Σ_p Σ_l z_pl k(x_p, m_l) + (λ/2) Σ_pq w_pq ||z_p − z_q||², modes m_l data points, W the
+symmetrised binary kNN graph (A + Aᵀ)/2 that the engine builds (``Requirements.knn``), rows
+L2-normalised by the engine when ``normalize`` is on.  One epoch is one outer iteration:
+
+1. a_pl = k(x_p, m_l) (one pass, row state A);
+2. Jacobi bound iterations z_p ← softmax(a_p + λ (W Z)_p) from z_p = softmax(a_p), Z double
+   buffered as row state, until the bound energy changes ≤ ``bound_tol`` relatively;
+3. labels = argmax z_p, cluster sizes (an emptied cluster is reported in the epoch's
+   ``empty_clusters``), the discrete energy E;
+4. modes: BO takes the row with the largest z_pl of each cluster (a max-reduction in the labels
+   pass, then ``take``); MS runs weighted mean-shift passes until the modes move < ``ms_tol`` and
+   reports the nearest row as the mode.
+
+A run stops when E changes < ``tol`` relatively (at least 3 iterations), the modes stop moving,
+or after ``max_outer`` iterations.  Runs: ``n_init`` k-means++ starts × the λ values
+(``lambda_grid``, else ``lambda_``), one after the other; the model keeps the run with the best
+accuracy on the validation rows (``validation_labels``: a ``validation_fraction`` of the labelled
+rows) or, without labels, the lowest E.
+
+Choices where the paper is silent:
+* σ² is the mean squared distance of every row to its ρ graph neighbours (the authors divide by
+  ρ·N with ρ − 1 neighbours per row; not copied).
+* Initial modes: k-means++ seeds on a uniform sample of ``init_sample`` rows; every row goes to
+  its nearest seed; a cluster's first mode is its member with the highest kernel density among
+  at most ``density_sample`` of its members drawn uniformly.
+* Prediction: a new row's ρ nearest training rows (the saved hnswlib shards) each weigh 1 (the
+  average row degree of W is ρ) in z = softmax(a + λ Σ_q z_q), with the training rows' final z.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from streamclust import Algorithm, Assignment, EpochReport, Param, Requirements
+from streamclust.errors import DataError, ParameterError
+from streamclust.metrics import acc_from_contingency, nmi_from_contingency
+from streamclust.summaries import kmeanspp
+
+from . import kernels as kn
+
+
+def _pos(v):
+    return v > 0
+
+
+def _fraction(v):
+    return 0 < v < 1
+
+
+def parse_grid(text: str) -> list:
+    out = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        try:
+            v = float(part)
+        except ValueError:
+            raise ParameterError(f"parameter 'lambda_grid': cannot read {part!r} as a number") from None
+        if not v > 0:
+            raise ParameterError(f"parameter 'lambda_grid': every λ must be > 0, got {part}")
+        out.append(v)
+    return out
+
+
+# -- passes (plain functions of their arguments) ------------------------------------------------
+def _kernel_step(batch, state, params):
+    A, Z = state
+    modes, inv2s2 = params
+    kn.mode_kernel(batch.X, modes, inv2s2, A)
+    kn.softmax_rows(A, Z)
+    return len(batch.X) * len(modes)
+
+
+def _bound_step(batch, state, params):
+    A, Z_new = state
+    graph, Z_old, lam = params
+    return kn.bound_rows(batch.start, A, graph, Z_old, lam, Z_new)
+
+
+def _label_step(batch, state, params):
+    Z, labels = state
+    L = Z.shape[1]
+    val, row, sizes = np.empty(L), np.empty(L, np.int64), np.zeros(L, np.int64)
+    kn.label_rows(batch.start, Z, labels, val, row, sizes)
+    return val, row, sizes
+
+
+def _merge_labels(a, b):
+    va, ra, sa = a
+    vb, rb, sb = b
+    take_b = vb > va  # ties keep the earlier row
+    return np.where(take_b, vb, va), np.where(take_b, rb, ra), sa + sb
+
+
+def _energy_step(batch, state, params):
+    (A,) = state
+    graph, labels_all, lam = params
+    return kn.discrete_energy_rows(batch.start, A, graph, labels_all, lam)
+
+
+def _meanshift_step(batch, state, params):
+    (Z,) = state
+    modes, inv2s2 = params
+    num, den = np.zeros_like(modes), np.zeros(len(modes))
+    kn.meanshift_sums(batch.X, Z, modes, inv2s2, num, den)
+    return num, den
+
+
+def _nearest_row_step(batch, _state, params):
+    (modes,) = params
+    X = np.asarray(batch.X, dtype=np.float64)
+    d2 = (X * X).sum(1)[:, None] - 2 * X @ modes.T + (modes * modes).sum(1)[None, :]
+    i = d2.argmin(0)
+    return d2[i, np.arange(len(modes))], i + batch.start
+
+
+def _merge_nearest(a, b):
+    take_b = b[0] < a[0]
+    return np.where(take_b, b[0], a[0]), np.where(take_b, b[1], a[1])
+
+
+def _assign_step(batch, state, params):
+    (labels,) = state
+    (seeds,) = params
+    X = np.asarray(batch.X, dtype=np.float64)
+    d2 = -2 * X @ seeds.T + (seeds * seeds).sum(1)[None, :]
+    labels[:] = d2.argmin(1)
+    return len(X) * len(seeds)
+
+
+class SLK(Algorithm):
+    """Scalable Laplacian K-modes on the engine's kNN graph (modes are rows of the data)."""
+
+    name = "slk"
+    version = "1"
+    params = {
+        "mode": Param("bo", str, "mode update: 'bo' (row of largest z, paper's SLK-BO) or 'ms' "
+                      "(mean-shift, SLK-MS)", choices=("bo", "ms")),
+        "lambda_": Param(1.0, float, "weight λ of the Laplacian term", (_pos, "must be > 0")),
+        "lambda_grid": Param("", str, "comma-separated λ values tried in turn, scored on "
+                             "validation_labels (e.g. '1,1.5,2')"),
+        "validation_labels": Param("", str, "column of true classes; a validation_fraction of its "
+                                   "labelled rows scores λ and restarts by accuracy"),
+        "validation_fraction": Param(0.1, float, "share of labelled rows used for validation",
+                                     (_fraction, "must be in (0, 1)")),
+        "n_neighbors": Param(5, int, "ρ: neighbours per row in the kNN graph", (_pos, "must be >= 1")),
+        "normalize": Param(True, bool, "L2-normalise every row first (the authors do)"),
+        "n_init": Param(1, int, "k-means++ starts; the best run is kept", (_pos, "must be >= 1")),
+        "init_sample": Param(20000, int, "rows k-means++ seeds from (0: all rows)",
+                             (lambda v: v >= 0, "must be >= 0")),
+        "density_sample": Param(1000, int, "members per cluster used to pick its first mode",
+                                (_pos, "must be >= 1")),
+        "tol": Param(1e-5, float, "relative change of the discrete energy that ends a run",
+                     (lambda v: v >= 0, "must be >= 0")),
+        "max_outer": Param(30, int, "outer iterations (epochs) per run at most", (_pos, "must be >= 1")),
+        "bound_tol": Param(1e-6, float, "relative change of the bound energy that ends the "
+                           "z-updates", (lambda v: v >= 0, "must be >= 0")),
+        "bound_max_iter": Param(1000, int, "bound iterations per outer iteration at most",
+                                (_pos, "must be >= 1")),
+        "ms_tol": Param(1e-5, float, "SLK-MS: mode movement that ends the mean-shift",
+                        (lambda v: v >= 0, "must be >= 0")),
+        "ms_max_iter": Param(100, int, "SLK-MS: mean-shift passes per outer iteration at most",
+                             (_pos, "must be >= 1")),
+    }
+    contract_params = {"max_outer": 5}
+
+    def validate(self) -> None:
+        h = self.hyper
+        self._grid = parse_grid(h["lambda_grid"]) or [h["lambda_"]]
+        if len(self._grid) > 1 and not h["validation_labels"]:
+            raise ParameterError("parameter 'lambda_grid' needs 'validation_labels' to score the "
+                                 "λ values (energies of different λ do not compare)")
+
+    def requirements(self) -> Requirements:
+        cols = (self.hyper["validation_labels"],) if self.hyper["validation_labels"] else ()
+        return Requirements(knn=self.hyper["n_neighbors"], columns=cols,
+                            transform="l2" if self.hyper["normalize"] else "")
+
+    # -- fit ------------------------------------------------------------------------------------
+    def start(self, ctx) -> None:
+        g = ctx.knn
+        n, L = ctx.n_rows, self.n_clusters
+        if n <= self.hyper["n_neighbors"]:
+            raise DataError(f"{n} rows: SLK needs more rows than n_neighbors ({self.hyper['n_neighbors']})")
+        W = g.symmetric()
+        self._graph = (W.indptr.astype(np.int64), W.indices.astype(np.int64),
+                       W.data.astype(np.float64))
+        sq = sum(float(np.square(d.astype(np.float64)).sum()) for _, _, d in g.iter_batches(1 << 16))
+        self.sigma2_ = sq / g.distances.size
+        if not self.sigma2_ > 0:
+            raise DataError("SLK: every row equals its neighbours (σ² = 0); the kernel is undefined")
+        self._inv2s2 = 1.0 / (2.0 * self.sigma2_)
+        self._A = ctx.row_state("slk_A", (n, L), np.float64)
+        self._Z = [ctx.row_state("slk_Z0", (n, L), np.float64), ctx.row_state("slk_Z1", (n, L), np.float64)]
+        self._labels = ctx.row_state("slk_labels", (n,), np.int32)
+        self._best_Z = ctx.row_state("slk_best_Z", (n, L), np.float32)
+        self._cur = 0
+        self._runs = [(i, lam) for i in range(self.hyper["n_init"]) for lam in self._grid]
+        self._inits = {}
+        self._validation(ctx)
+        self._best = None
+        self._run = -1
+        self._next_run(ctx)
+
+    def _validation(self, ctx):
+        col = self.hyper["validation_labels"]
+        self._truth = self._val_ids = None
+        if not col:
+            return
+        y = ctx.column(col)
+        labelled = np.flatnonzero(y >= 0)
+        if len(labelled) == 0:
+            raise DataError(f"column '{col}': no labelled rows to validate on")
+        size = max(1, int(round(self.hyper["validation_fraction"] * len(labelled))))
+        rng = ctx.rng(0x5A1)
+        self._val_ids = np.sort(rng.choice(labelled, size=size, replace=False))
+        self._truth = y
+
+    def _initial_modes(self, ctx, init: int) -> np.ndarray:
+        """Row ids of the first modes of start ``init`` (k-means++ seeds, then densest member)."""
+        if init in self._inits:
+            return self._inits[init]
+        L = self.n_clusters
+        rng = ctx.rng(0x51, init)
+        size = self.hyper["init_sample"] or ctx.n_rows
+        _, S = ctx.sample(size, stream=init)
+        seeds, evals = kmeanspp(S, L, rng)
+        ctx.count_distances(evals)
+        ctx.aggregate(_assign_step, (np.asarray(seeds, np.float64),), state=(self._labels,))
+        ctx.count_distances(ctx.n_rows * L)
+        labels = np.asarray(self._labels[:])
+        ids = np.empty(L, np.int64)
+        for l in range(L):
+            members = np.flatnonzero(labels == l)
+            if len(members) == 0:  # a seed nobody is nearest to (duplicates): the nearest row
+                members = np.asarray(ctx.aggregate(_nearest_row_step, (seeds[l:l + 1],),
+                                                   merge=_merge_nearest)[1])
+            if len(members) > self.hyper["density_sample"]:
+                members = np.sort(rng.choice(members, self.hyper["density_sample"], replace=False))
+            Xm = ctx.take(members).astype(np.float64)
+            sq = (Xm * Xm).sum(1)
+            D2 = np.maximum(sq[:, None] + sq[None, :] - 2 * Xm @ Xm.T, 0)
+            ctx.count_distances(len(Xm) ** 2)
+            ids[l] = members[int(np.exp(-D2 * self._inv2s2).sum(1).argmax())]
+        self._inits[init] = ids
+        return ids
+
+    def _next_run(self, ctx) -> None:
+        self._run += 1
+        init, lam = self._runs[self._run]
+        self._lam = lam
+        self.mode_ids_ = self._initial_modes(ctx, init).copy()
+        self._modes = ctx.take(self.mode_ids_).astype(np.float64)
+        self._E = []
+
+    def run_epoch(self, ctx) -> EpochReport:
+        h = self.hyper
+        L = self.n_clusters
+        ctx.count_distances(ctx.aggregate(_kernel_step, (self._modes, self._inv2s2),
+                                          state=(self._A, self._Z[self._cur])))
+        prev = None
+        for it in range(1, h["bound_max_iter"] + 1):
+            old, new = self._Z[self._cur].array, self._Z[1 - self._cur]
+            bound = ctx.aggregate(_bound_step, (self._graph, old, self._lam), state=(self._A, new))
+            self._cur = 1 - self._cur
+            if prev is not None and abs(bound - prev) <= h["bound_tol"] * abs(prev):
+                break
+            prev = bound
+        Z = self._Z[self._cur]
+        best_val, best_row, sizes = ctx.aggregate(_label_step, None, state=(Z, self._labels),
+                                                  merge=_merge_labels)
+        labels_all = self._labels.array
+        E = float(ctx.aggregate(_energy_step, (self._graph, labels_all, self._lam), state=(self._A,)))
+        old_modes = self._modes
+        if h["mode"] == "bo":
+            self.mode_ids_ = np.asarray(best_row, np.int64)
+            self._modes = ctx.take(self.mode_ids_).astype(np.float64)
+            moved = float(np.sqrt(((self._modes - old_modes) ** 2).sum(1)).max())
+            ms_iter = 0
+        else:
+            ms_iter = self._meanshift(ctx, Z)
+            moved = float(np.sqrt(((self._modes - old_modes) ** 2).sum(1)).max())
+        self._E.append(E)
+        outer = len(self._E)
+        rel = abs(E - self._E[-2]) / max(abs(self._E[-2]), 1e-300) if outer > 1 else np.inf
+        done = (outer >= 3 and rel < h["tol"]) or moved <= (h["ms_tol"] if h["mode"] == "ms" else 0) \
+            or outer >= h["max_outer"]
+        extras = {"run": self._run, "lambda": self._lam, "init": self._runs[self._run][0],
+                  "outer": outer, "bound_iterations": it, "bound_energy": float(bound),
+                  "discrete_energy": E, "modes_moved": moved, "meanshift_iterations": ms_iter,
+                  "sigma2": self.sigma2_, "smallest_cluster": int(sizes.min()),
+                  "empty_clusters": [int(l) for l in np.flatnonzero(sizes == 0)]}
+        if done:
+            extras.update(self._finish_run(ctx, E))
+        last = done and self._run + 1 == len(self._runs)
+        if done and not last:
+            self._next_run(ctx)
+        return EpochReport(objective=E, converged=last, rows=ctx.n_rows, extras=extras)
+
+    def _meanshift(self, ctx, Z) -> int:
+        h = self.hyper
+        modes = self._modes
+        for it in range(1, h["ms_max_iter"] + 1):
+            num, den = ctx.aggregate(_meanshift_step, (modes, self._inv2s2), state=(Z,))
+            ctx.count_distances(ctx.n_rows * self.n_clusters)
+            new = np.where(den[:, None] > 0, num / np.maximum(den, 1e-300)[:, None], modes)
+            shift = float(np.sqrt(((new - modes) ** 2).sum(1)).max())
+            modes = new
+            if shift < h["ms_tol"]:
+                break
+        self._modes = modes
+        _, rows = ctx.aggregate(_nearest_row_step, (modes,), merge=_merge_nearest)
+        self.mode_ids_ = np.asarray(rows, np.int64)
+        return it
+
+    def _scores(self, labels_all) -> dict:
+        if self._truth is None:
+            return {}
+        L = self.n_clusters
+        y = self._truth
+        out = {}
+        for key, ids in (("validation", self._val_ids), ("labels", np.flatnonzero(y >= 0))):
+            C = np.zeros((int(y.max()) + 1, L), np.int64)
+            np.add.at(C, (y[ids], labels_all[ids]), 1)
+            out[f"{key}_acc"] = acc_from_contingency(C)
+            out[f"{key}_nmi"] = nmi_from_contingency(C)
+        return out
+
+    def _finish_run(self, ctx, E: float) -> dict:
+        labels_all = np.asarray(self._labels.array)
+        sc = self._scores(labels_all)
+        score = sc["validation_acc"] if sc else -E
+        out = dict(sc, run_score=score, run_finished=True)
+        if self._best is None or score > self._best["score"]:
+            Z = self._Z[self._cur].array
+            for s in range(0, ctx.n_rows, 1 << 16):
+                self._best_Z.array[s:s + (1 << 16)] = Z[s:s + (1 << 16)]
+            self._best = {"score": score, "run": self._run, "lambda": self._lam, "E": E,
+                          "mode_ids": self.mode_ids_.copy(), "modes": self._modes.copy(),
+                          "labels": labels_all.astype(np.int32)}
+        return out
+
+    def finish(self, ctx) -> None:
+        if self._best is None:  # stopped (max_epochs) before any run finished
+            self._finish_run(ctx, self._E[-1] if self._E else np.inf)
+        b = self._best
+        self.lambda_value_ = float(b["lambda"])
+        self.best_run_ = int(b["run"])
+        self.energy_ = float(b["E"])
+        self.mode_ids_ = b["mode_ids"]
+        self.modes_ = b["modes"].astype(np.float32)
+        self.labels_ = b["labels"]
+        self.train_z_ = np.array(self._best_Z.array, dtype=np.float32)
+        self._index = ctx.knn_index()
+        self.index_ef_ = int(self._index.ef)
+
+    # -- prediction -----------------------------------------------------------------------------
+    def predict(self, X, soft=False) -> Assignment:
+        n, L = len(X), self.n_clusters
+        labels = np.empty(n, np.int32)
+        Zs = np.empty((n, L), np.float64) if soft else None
+        for s in range(0, n, 8192):
+            Xb = np.ascontiguousarray(X[s:s + 8192], dtype=np.float32)
+            ids, _ = self._index.query(Xb, self.hyper["n_neighbors"])
+            A = np.empty((len(Xb), L))
+            kn.mode_kernel(Xb, self.modes_.astype(np.float64), 1.0 / (2.0 * self.sigma2_), A)
+            Z = np.empty((len(Xb), L))
+            kn.predict_rows(A, ids, self.train_z_, self.lambda_value_, Z)
+            labels[s:s + len(Xb)] = Z.argmax(1)
+            if soft:
+                Zs[s:s + len(Xb)] = Z
+        return Assignment(labels, soft=Zs)
+
+    # -- persistence ----------------------------------------------------------------------------
+    _ARRAYS = ("mode_ids_", "modes_", "labels_", "train_z_")
+
+    def state(self) -> dict:
+        st = {k.rstrip("_"): getattr(self, k) for k in self._ARRAYS}
+        st.update(sigma2=float(self.sigma2_), lambda_value=self.lambda_value_,
+                  best_run=self.best_run_, energy=self.energy_, index_ef=self.index_ef_)
+        return st
+
+    def set_state(self, state: dict) -> None:
+        for k in self._ARRAYS:
+            setattr(self, k, np.asarray(state[k.rstrip("_")]))
+        self.sigma2_ = float(state["sigma2"])
+        self.lambda_value_ = float(state["lambda_value"])
+        self.best_run_ = int(state["best_run"])
+        self.energy_ = float(state["energy"])
+        self.index_ef_ = int(state["index_ef"])
+        L, n = self.n_clusters, len(self.labels_)
+        if self.modes_.ndim != 2 or self.modes_.shape[0] != L:
+            raise ParameterError(f"SLK state 'modes' has shape {self.modes_.shape}, expected ({L}, d)")
+        if self.train_z_.shape != (n, L) or self.mode_ids_.shape != (L,):
+            raise ParameterError(f"SLK state: 'train_z' {self.train_z_.shape} / 'mode_ids' "
+                                 f"{self.mode_ids_.shape} do not fit {n} rows and {L} clusters")
+        if not self.sigma2_ > 0:
+            raise ParameterError(f"SLK state 'sigma2' must be > 0, got {self.sigma2_}")
+        self._index = None
+
+    def save_files(self, directory: str) -> list:
+        return self._index.save(directory, "knn_shard")
+
+    def load_files(self, directory: str, names: list) -> None:
+        import os
+        from streamclust.knn import KNNIndex
+        shards = [n for n in names if n.startswith("knn_shard_")]
+        if not shards:
+            raise ParameterError("SLK model without its kNN index files (knn_shard_*.bin)")
+        self._index = KNNIndex.load([os.path.join(directory, n) for n in shards],
+                                    self.modes_.shape[1], self.index_ef_)
+        if self._index.n_rows != len(self.labels_):
+            raise ParameterError(f"SLK index holds {self._index.n_rows} rows, the model "
+                                 f"{len(self.labels_)}")

@@ -1,0 +1,158 @@
+"""Numba kernels of SLK: kernel values to the modes, one Jacobi bound iteration over a range of
+rows, labels with the BO max-reduction, the discrete energy, mean-shift sums and the softmax of
+prediction.  Arrays in, arrays out; no I/O, no Python objects.
+
+The affinity W is a CSR matrix passed as the tuple ``graph = (indptr, indices, weights)``;
+``start`` is the global id of the first row of the range a kernel works on.
+"""
+import numba as nb
+import numpy as np
+
+
+@nb.njit(cache=True, parallel=True)
+def mode_kernel(X, modes, inv_two_sigma2, out):
+    """out[p, l] = exp(-||x_p - m_l||² / 2σ²)."""
+    n, d = X.shape
+    L = modes.shape[0]
+    for p in nb.prange(n):
+        for l in range(L):
+            s = 0.0
+            for j in range(d):
+                t = np.float64(X[p, j]) - modes[l, j]
+                s += t * t
+            out[p, l] = np.exp(-s * inv_two_sigma2)
+
+
+@nb.njit(cache=True, inline="always")
+def _softmax_into(s, out_row):
+    """out_row = softmax(s) (``s`` is overwritten; may be ``out_row``); returns logsumexp(s)."""
+    L = s.shape[0]
+    mx = s[0]
+    for l in range(1, L):
+        if s[l] > mx:
+            mx = s[l]
+    tot = 0.0
+    for l in range(L):
+        s[l] = np.exp(s[l] - mx)
+        tot += s[l]
+    for l in range(L):
+        out_row[l] = s[l] / tot
+    return mx + np.log(tot)
+
+
+@nb.njit(cache=True, parallel=True)
+def bound_rows(start, A, graph, Z_old, lam, Z_new):
+    """One Jacobi bound iteration for rows ``start .. start + len(A)``:
+    z_p ← softmax(a_p + λ Σ_q w_pq z_q(old)).  Returns the bound energy of the range,
+    Σ_p [z_pᵀ log z_p − a_pᵀ z_p − λ z_pᵀ (W Z_old)_p], with the new z.  At z_p = softmax(s_p),
+    s_p = a_p + λ (W Z_old)_p, the bracket is −logsumexp(s_p): one log per row, not L."""
+    indptr, indices, weights = graph
+    n, L = A.shape
+    parts = np.zeros(n)
+    buf = np.empty((n, L))
+    for i in nb.prange(n):
+        p = start + i
+        s = buf[i]
+        for l in range(L):
+            s[l] = 0.0
+        for e in range(indptr[p], indptr[p + 1]):
+            q = indices[e]
+            w = weights[e]
+            for l in range(L):
+                s[l] += w * Z_old[q, l]
+        for l in range(L):
+            s[l] = A[i, l] + lam * s[l]
+        parts[i] = -_softmax_into(s, s)
+        for l in range(L):
+            Z_new[i, l] = s[l]
+    return parts.sum()
+
+
+@nb.njit(cache=True, parallel=True)
+def softmax_rows(A, Z):
+    """Z = softmax(A) row by row (the start of the bound iterations)."""
+    n, L = A.shape
+    buf = np.empty((n, L))
+    for i in nb.prange(n):
+        s = buf[i]
+        for l in range(L):
+            s[l] = A[i, l]
+        _softmax_into(s, s)
+        for l in range(L):
+            Z[i, l] = s[l]
+
+
+@nb.njit(cache=True)
+def label_rows(start, Z, labels, best_val, best_row, sizes):
+    """labels = argmax_l z_pl; for every cluster l the largest z_pl of the range and its row
+    (BO modes: the first row wins ties); the cluster sizes."""
+    n, L = Z.shape
+    for l in range(L):
+        best_val[l] = -1.0
+        best_row[l] = -1
+    for i in range(n):
+        b = 0
+        for l in range(L):
+            v = Z[i, l]
+            if v > Z[i, b]:
+                b = l
+            if v > best_val[l]:
+                best_val[l] = v
+                best_row[l] = start + i
+        labels[i] = b
+        sizes[b] += 1
+
+
+@nb.njit(cache=True, parallel=True)
+def discrete_energy_rows(start, A, graph, labels_all, lam):
+    """Σ_p [−a_{p,l_p} + λ Σ_q w_pq [l_p ≠ l_q]] over the range: the energy (1) of the paper at
+    one-hot z (||e_i − e_j||² = 2 cancels the 1/2)."""
+    indptr, indices, weights = graph
+    n = A.shape[0]
+    parts = np.zeros(n)
+    for i in nb.prange(n):
+        p = start + i
+        lp = labels_all[p]
+        cut = 0.0
+        for e in range(indptr[p], indptr[p + 1]):
+            if labels_all[indices[e]] != lp:
+                cut += weights[e]
+        parts[i] = -A[i, lp] + lam * cut
+    return parts.sum()
+
+
+@nb.njit(cache=True)
+def meanshift_sums(X, Z, modes, inv_two_sigma2, num, den):
+    """num[l] += Σ_p z_pl k(x_p, m_l) x_p, den[l] += Σ_p z_pl k(x_p, m_l)."""
+    n, d = X.shape
+    L = modes.shape[0]
+    for p in range(n):
+        for l in range(L):
+            s = 0.0
+            for j in range(d):
+                t = np.float64(X[p, j]) - modes[l, j]
+                s += t * t
+            w = Z[p, l] * np.exp(-s * inv_two_sigma2)
+            if w > 0:
+                den[l] += w
+                for j in range(d):
+                    num[l, j] += w * X[p, j]
+
+
+@nb.njit(cache=True, parallel=True)
+def predict_rows(A, nbr_ids, Z_train, lam, out):
+    """out[p] = softmax(a_p + λ Σ_j z_train[nbr_ids[p, j]]): a new row's neighbours weigh 1 each."""
+    n, L = A.shape
+    k = nbr_ids.shape[1]
+    buf = np.empty((n, L))
+    for i in nb.prange(n):
+        s = buf[i]
+        for l in range(L):
+            s[l] = A[i, l]
+        for j in range(k):
+            q = nbr_ids[i, j]
+            for l in range(L):
+                s[l] += lam * Z_train[q, l]
+        _softmax_into(s, s)
+        for l in range(L):
+            out[i, l] = s[l]

@@ -1,0 +1,136 @@
+"""SLK against independent computations: the bound update and both energies by dense NumPy
+algebra, σ² from exact neighbours, the BO and MS mode definitions, a manifold data set that
+k-means cannot split, λ / restart selection on validation labels, prediction through the index."""
+import os
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import scipy.sparse as sp
+
+import streamclust
+from streamclust.errors import ModelError, ParameterError
+from streamclust.metrics import nmi
+from streamclust_slk import kernels as kn
+
+
+def _moons(n=1200, noise=0.06, seed=0):
+    rng = np.random.default_rng(seed)
+    t = rng.uniform(0, np.pi, n)
+    y = rng.integers(0, 2, n)
+    X = np.where(y[:, None] == 0, np.c_[np.cos(t), np.sin(t)], np.c_[1 - np.cos(t), 0.5 - np.sin(t)])
+    return (X + rng.normal(0, noise, X.shape)).astype(np.float32), y
+
+
+def _random_graph(n, k, seed):
+    rng = np.random.default_rng(seed)
+    ids = np.array([rng.choice(np.delete(np.arange(n), i), k, replace=False) for i in range(n)])
+    A = sp.csr_matrix((np.ones(n * k), ids.ravel(), np.arange(0, n * k + 1, k)), shape=(n, n))
+    W = ((A + A.T) * 0.5).tocsr()
+    return W, (W.indptr.astype(np.int64), W.indices.astype(np.int64), W.data.astype(np.float64))
+
+
+def _softmax(S):
+    E = np.exp(S - S.max(1, keepdims=True))
+    return E / E.sum(1, keepdims=True)
+
+
+def test_bound_iteration_and_energy_match_dense_algebra():
+    n, L, lam = 60, 4, 1.7
+    W, g = _random_graph(n, 5, 0)
+    rng = np.random.default_rng(1)
+    A, Zold = rng.random((n, L)), _softmax(rng.normal(size=(n, L)))
+    Znew = np.empty((n, L))
+    e1 = kn.bound_rows(0, A[:25], g, Zold, lam, Znew[:25])  # two ranges, as two batches
+    e2 = kn.bound_rows(25, A[25:], g, Zold, lam, Znew[25:])
+    WZ = W.toarray() @ Zold
+    Z = _softmax(A + lam * WZ)
+    np.testing.assert_allclose(Znew, Z, rtol=1e-12)
+    bound = np.sum(Z * np.log(Z) - A * Z - lam * Z * WZ)
+    np.testing.assert_allclose(e1 + e2, bound, rtol=1e-10)
+
+
+def test_discrete_energy_is_the_paper_objective_at_one_hot_z():
+    n, L, lam = 50, 3, 2.5
+    W, g = _random_graph(n, 4, 2)
+    rng = np.random.default_rng(3)
+    A, labels = rng.random((n, L)), rng.integers(0, L, n).astype(np.int32)
+    Z = np.eye(L)[labels]
+    Wd = W.toarray()
+    pair = sum(Wd[p, q] * np.sum((Z[p] - Z[q]) ** 2) for p in range(n) for q in range(n))
+    expected = -np.sum(A * Z) + lam / 2 * pair
+    np.testing.assert_allclose(kn.discrete_energy_rows(0, A, g, labels, lam), expected, rtol=1e-12)
+
+
+def test_slk_splits_moons_that_kmeans_cannot():
+    from sklearn.cluster import KMeans
+    X, y = _moons()
+    km = nmi(y, KMeans(2, n_init=10, random_state=0).fit_predict(X))
+    for mode in ("bo", "ms"):
+        m = streamclust.fit(X, "slk", 2, normalize=False, mode=mode, progress=False)
+        assert nmi(y, m.labels_) >= 0.9 > km + 0.5, (mode, nmi(y, m.labels_), km)
+        # prediction through the saved index agrees with the fit on the training rows
+        assert (m.predict(X) == m.labels_).mean() >= 0.99
+
+
+def test_sigma_modes_and_history_follow_their_definitions():
+    from sklearn.neighbors import NearestNeighbors
+    X, _ = _moons(800, seed=1)
+    m = streamclust.fit(X, "slk", 3, normalize=False, mode="bo", progress=False)
+    d, _ = NearestNeighbors(n_neighbors=6).fit(X).kneighbors(X)
+    np.testing.assert_allclose(m.sigma2_, np.mean(d[:, 1:] ** 2), rtol=1e-3)
+    # BO: mode l is the training row with the largest z_l
+    assert np.array_equal(m.mode_ids_, m.train_z_.argmax(0))
+    np.testing.assert_array_equal(m.modes_, X[m.mode_ids_])
+    h = m.history
+    assert all("discrete_energy" in r and "empty_clusters" in r for r in h)
+    assert h[-1]["run_finished"] and h[-1]["converged"]
+
+
+def test_ms_modes_are_mean_shift_fixed_points():
+    X, _ = _moons(600, seed=2)
+    m = streamclust.fit(X, "slk", 2, normalize=False, mode="ms", progress=False,
+                        ms_tol=1e-8, max_outer=1)
+    M = m.modes_.astype(np.float64)
+    K = np.exp(-((X[:, None, :] - M[None]) ** 2).sum(2) / (2 * m.sigma2_))
+    Wt = m.train_z_ * K
+    shifted = (Wt.T @ X) / Wt.sum(0)[:, None]
+    np.testing.assert_allclose(shifted, M, atol=1e-4)
+    # the reported mode row is the data point nearest to the mean-shift mode
+    D = ((X[:, None, :] - M[None]) ** 2).sum(2)
+    assert np.array_equal(m.mode_ids_, D.argmin(0))
+
+
+def test_lambda_grid_and_restarts_pick_the_best_validation_accuracy():
+    X, y = _moons(900, noise=0.12, seed=4)
+    t = pa.table({"x": pa.FixedSizeListArray.from_arrays(pa.array(X.ravel()), 2), "y": pa.array(y)})
+    m = streamclust.fit(t, "slk", 2, features="x", normalize=False, lambda_grid="0.5,2",
+                        validation_labels="y", n_init=2, progress=False, max_epochs=200)
+    runs = [r for r in m.history if r.get("run_finished")]
+    assert [(r["init"], r["lambda"]) for r in runs] == [(0, 0.5), (0, 2.0), (1, 0.5), (1, 2.0)]
+    best = max(runs, key=lambda r: r["validation_acc"])  # first of equals wins, as max does
+    assert m.best_run_ == best["run"] and m.lambda_value_ == best["lambda"]
+    assert abs(best["labels_nmi"] - nmi(y, m.labels_)) < 1e-12
+    with pytest.raises(ParameterError, match="validation_labels"):
+        streamclust.fit(X, "slk", 2, lambda_grid="1,2")
+
+
+def test_l2_rows_are_normalised_in_fit_and_in_predict():
+    X, _ = _moons(500, seed=5)
+    X = X + 3.0  # rows of different norms: the transform matters
+    m = streamclust.fit(X, "slk", 2, progress=False)
+    U = X / np.linalg.norm(X, axis=1, keepdims=True)
+    np.testing.assert_allclose(m.modes_, U[m.mode_ids_], rtol=1e-6)
+    np.testing.assert_array_equal(m.predict(X), m.predict(X * 7.5))  # scale-free after the transform
+
+
+def test_tampered_index_file_is_refused(tmp_path):
+    X, _ = _moons(400, seed=6)
+    m = streamclust.fit(X, "slk", 2, normalize=False, progress=False)
+    path = m.save(str(tmp_path / "model"))
+    shard = [f for f in os.listdir(path) if f.startswith("knn_shard_")][0]
+    with open(os.path.join(path, shard), "r+b") as f:
+        f.seek(100)
+        f.write(b"\x00\x01\x02")
+    with pytest.raises(ModelError, match="checksum"):
+        streamclust.load_model(path)
