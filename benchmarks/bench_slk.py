@@ -7,7 +7,7 @@ the whole ``streamclust.fit`` (feature cache + kNN graph + SLK).  ``--scale minm
 feature to [-1, 1] first (as LIBSVM's ``shuttle.scale``); ``std`` standardises; ``none`` is the raw
 file.  The L2 row normalisation of SLK stays on unless ``--no-normalize``.
 
-    python benchmarks/bench_slk.py [--sets shuttle,usps] [--grid 1,1.5,2,2.5,3,3.5,4]
+    python benchmarks/bench_slk.py [--sets shuttle,usps] [--grid 1,2,3,4]
                                    [--n-init 5] [--modes bo,ms] [--scale none|minmax|std]
 """
 import argparse
@@ -39,7 +39,7 @@ def scaled(X, how):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", default="shuttle,usps")
-    ap.add_argument("--grid", default="1,1.5,2,2.5,3,3.5,4")
+    ap.add_argument("--grid", default="1,2,3,4")
     ap.add_argument("--n-init", type=int, default=5)
     ap.add_argument("--modes", default="bo,ms")
     ap.add_argument("--scale", default="none", choices=("none", "minmax", "std"))
