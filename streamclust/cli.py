@@ -62,15 +62,28 @@ def main(ctx, verbose):
 @click.option("--work-dir", default=None, help="Keep the feature cache and row state here.")
 @click.option("--skip-invalid", is_flag=True, help="Skip rows with NaN/inf instead of failing.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.option("--scheduler", default=None, metavar="ADDRESS",
+              help="Run the passes on a dask.distributed cluster (tcp://host:8786), or 'local' to "
+                   "start a LocalCluster; the --work-dir must be reachable by every worker.")
+@click.option("--workers", type=int, default=None, help="Workers of --scheduler local (default 2).")
 @click.option("--out", "-o", required=True, help="Model directory to write.")
 def fit(data, algorithm, clusters, features, sets, seed, batch_size, max_epochs, work_dir,
-        skip_invalid, quiet, out):
+        skip_invalid, quiet, scheduler, workers, out):
     """Fit a clustering of DATA and save the model to --out."""
     from .engine import fit as _fit
-    model = _fit(data, algorithm, clusters, features=_split(features), seed=seed,
-                 batch_size=batch_size, max_epochs=max_epochs, work_dir=work_dir,
-                 on_invalid="skip" if skip_invalid else "error", progress=False if quiet else None,
-                 **_parse_set(sets))
+    params = _parse_set(sets)
+    executor = None
+    if scheduler:
+        from .dask_executor import DaskExecutor
+        executor = DaskExecutor(scheduler=scheduler, n_workers=workers)
+    try:
+        model = _fit(data, algorithm, clusters, features=_split(features), seed=seed,
+                     batch_size=batch_size, max_epochs=max_epochs, work_dir=work_dir,
+                     on_invalid="skip" if skip_invalid else "error",
+                     progress=False if quiet else None, executor=executor, **params)
+    finally:
+        if executor is not None:
+            executor.close()
     path = model.save(out)
     last = model.history[-1] if model.history else {}
     info = model.info

@@ -44,13 +44,15 @@ def _check_int(name, value, low):
 def fit(data, algorithm: str = "dgmm", n_clusters: int = 8, *, features=None, seed: int = 0,
         batch_size: int = 65536, max_epochs: int = 100, work_dir: str | None = None,
         on_invalid: str = "error", progress: bool | None = None, host: PluginHost | None = None,
-        executor=None, knn_options: dict | None = None, **params) -> Model:
+        executor=None, client=None, knn_options: dict | None = None, **params) -> Model:
     """Fit ``algorithm`` with ``n_clusters`` clusters on ``data`` and return the :class:`Model`.
 
     ``data``: a Parquet file / directory / glob, an Arrow IPC file, a NumPy array or pyarrow data.
     ``features``: one list column or several numeric columns (default: the only list column, else
     every numeric column).  ``on_invalid='skip'`` drops rows with NaN/inf (counted in
-    ``model.info['rows_skipped']``).  ``knn_options``: settings of the kNN graph for algorithms
+    ``model.info['rows_skipped']``).  ``executor``: where the passes run (default
+    :class:`~streamclust.executor.LocalExecutor`); ``client``: a ``distributed.Client``, shorthand
+    for ``executor=DaskExecutor(client)``.  ``knn_options``: settings of the kNN graph for algorithms
     that need one (see :func:`streamclust.knn.build_graph`).  ``params`` are the algorithm's
     hyper-parameters.
     """
@@ -66,6 +68,11 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int = 8, *, features=None, se
     if overlap:
         raise DataError(f"{d.source.name}: column(s) {overlap} cannot be both features and "
                         f"labels for algorithm '{algorithm}'")
+    if client is not None:
+        if executor is not None:
+            raise ParameterError("give either executor= or client=, not both")
+        from .dask_executor import DaskExecutor
+        executor = DaskExecutor(client)
     executor = executor or LocalExecutor()
     owned = work_dir is None
     work_dir = tempfile.mkdtemp(prefix="streamclust-") if owned else work_dir

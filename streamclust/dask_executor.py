@@ -1,0 +1,193 @@
+"""``DaskExecutor``: the passes of a fit run as tasks on a ``dask.distributed`` cluster.
+
+Each task gets a group of consecutive batches *by reference*: for the feature cache the path of
+``features.f32`` and a row range, which the worker memory-maps itself (workers read their own
+data; nothing of it travels through the scheduler).  Row state (``ctx.row_state`` or any
+memory-mapped array) and memory-mapped arrays inside ``params`` travel the same way, as
+(file, dtype, shape, offset) references opened by the worker; the run's work directory must
+therefore be reachable by every worker (local disk for a ``LocalCluster``, a shared filesystem
+otherwise).  Other parameters are scattered once per pass to every worker.  Each task merges
+its batches' partial results in order, and the client merges the task results in order, so the
+result equals the local executor's up to floating-point association.
+
+Requires the extra ``streamclust[dask]``.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from .cache import FeatureCache, RowState
+from .errors import ParameterError
+from .executor import merge_sum
+from .sources import Batch
+
+
+class _MemmapRef:
+    """A picklable reference to a memory-mapped array: the worker opens the file itself."""
+
+    def __init__(self, arr: np.memmap, mode: str):
+        self.filename, self.dtype, self.shape = arr.filename, arr.dtype.str, arr.shape
+        self.offset, self.mode = arr.offset, mode
+
+    def open(self):
+        if int(np.prod(self.shape)) == 0:
+            return np.zeros(self.shape, dtype=self.dtype)
+        return np.memmap(self.filename, dtype=self.dtype, mode=self.mode, shape=self.shape,
+                         offset=self.offset)
+
+
+def _is_file_memmap(x) -> bool:
+    """True for a whole array memory-mapped from a file (not a slice or view of one)."""
+    import mmap
+    import os
+    if not (isinstance(x, np.memmap) and getattr(x, "filename", None) and x.flags.c_contiguous):
+        return False
+    m = getattr(x, "_mmap", None)
+    if m is None:
+        return False
+    try:
+        base = np.frombuffer(m, np.uint8).ctypes.data
+        whole = os.path.getsize(x.filename) - x.offset == x.nbytes
+    except (OSError, ValueError, TypeError):
+        return False
+    return whole and x.ctypes.data == base + x.offset % mmap.ALLOCATIONGRANULARITY
+
+
+def _pack(obj, mode="r"):
+    """Replace whole memory-mapped arrays by references (recursively through tuples/lists/dicts)."""
+    if isinstance(obj, RowState):
+        obj = obj.array
+    if isinstance(obj, np.memmap) and _is_file_memmap(obj):
+        return _MemmapRef(obj, mode)
+    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+        return tuple(_pack(o, mode) for o in obj)
+    if isinstance(obj, tuple):  # namedtuple
+        return type(obj)(*(_pack(o, mode) for o in obj))
+    if isinstance(obj, list):
+        return [_pack(o, mode) for o in obj]
+    if isinstance(obj, dict):
+        return {k: _pack(v, mode) for k, v in obj.items()}
+    return obj
+
+
+def _unpack(obj):
+    if isinstance(obj, _MemmapRef):
+        return obj.open()
+    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+        return tuple(_unpack(o) for o in obj)
+    if isinstance(obj, tuple):
+        return type(obj)(*(_unpack(o) for o in obj))
+    if isinstance(obj, list):
+        return [_unpack(o) for o in obj]
+    if isinstance(obj, dict):
+        return {k: _unpack(v) for k, v in obj.items()}
+    return obj
+
+
+def _run_group(step, merge, source, group, state, params):
+    """One task: the step over a group of batches, partials merged in order."""
+    if source is not None:  # (path, n, d): the feature cache, opened here
+        path, n, d = source
+        X = np.memmap(path, dtype=np.float32, mode="r", shape=(n, d))
+        batches = (Batch(s, X[s:e]) for s, e in group)
+    else:
+        batches = group
+    arrays = tuple(_unpack(s) for s in state)
+    params = _unpack(params)
+    acc = None
+    rows = 0
+    for b in batches:
+        part = step(b, tuple(a[b.start:b.stop] for a in arrays), params)
+        acc = part if acc is None else merge(acc, part)
+        rows += len(b.X)
+    for a in arrays:
+        if isinstance(a, np.memmap):
+            a.flush()
+    return acc, rows
+
+
+class DaskExecutor:
+    """Runs ``aggregate`` on a ``dask.distributed`` cluster.
+
+    ``client``: a ``distributed.Client``; else ``scheduler``: an address (``tcp://host:8786``) or
+    ``"local"`` to start a ``LocalCluster(processes=True)`` with ``n_workers`` single-threaded
+    workers.  ``tasks_per_worker`` groups of consecutive batches are sent per worker and pass.
+    Use as a context manager (or call ``close``) to stop a cluster it started.
+    """
+
+    name = "dask"
+
+    def __init__(self, client=None, scheduler: str | None = None, n_workers: int | None = None,
+                 tasks_per_worker: int = 2):
+        try:
+            import distributed
+        except ImportError:
+            raise ParameterError("the Dask executor needs dask.distributed: "
+                                 "pip install 'streamclust[dask]'") from None
+        self._cluster = None
+        if client is None:
+            if scheduler in (None, "", "local"):
+                self._cluster = distributed.LocalCluster(n_workers=n_workers or 2, threads_per_worker=1,
+                                                         processes=True, dashboard_address=":0")
+                client = distributed.Client(self._cluster)
+            else:
+                client = distributed.Client(scheduler)
+            self._owns_client = True
+        else:
+            self._owns_client = False
+        self.client = client
+        self.tasks_per_worker = int(tasks_per_worker)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        if self._owns_client:
+            self.client.close()
+        if self._cluster is not None:
+            self._cluster.close()
+
+    def _n_tasks(self, n_batches: int) -> int:
+        workers = max(1, len(self.client.scheduler_info().get("workers", {})))
+        return max(1, min(n_batches, workers * self.tasks_per_worker))
+
+    def aggregate(self, step: Callable, data, params, *, state=(), merge: Callable = merge_sum,
+                  batch_size: int = 65536, progress: Callable[[int], None] | None = None):
+        from distributed import as_completed
+        state_refs = []
+        for i, s in enumerate(state):
+            ref = _pack(s, "r+")
+            if not isinstance(ref, _MemmapRef):
+                raise ParameterError(f"Dask executor: row state #{i} is not a memory-mapped array; "
+                                     "use ctx.row_state so that workers can open it")
+            state_refs.append(ref)
+        if isinstance(data, FeatureCache) and isinstance(data.X, np.memmap):
+            source = (data.X.filename, data.n_rows, data.n_features)
+            items = [(s, min(data.n_rows, s + batch_size)) for s in range(0, data.n_rows, batch_size)]
+        else:  # in-memory data (a coreset, a sample): the batches themselves travel
+            source = None
+            items = list(data.iter_batches(batch_size))
+        if not items:
+            return None
+        n_tasks = self._n_tasks(len(items))
+        edges = np.linspace(0, len(items), n_tasks + 1).round().astype(int)
+        groups = [items[a:b] for a, b in zip(edges[:-1], edges[1:]) if b > a]
+        p = self.client.scatter([_pack(params)], broadcast=True, hash=False)[0]
+        futures = [self.client.submit(_run_group, step, merge, source, g, tuple(state_refs), p,
+                                      pure=False) for g in groups]
+        results = {}
+        for fut in as_completed(futures):
+            results[fut.key] = fut.result()
+            if progress is not None:
+                progress(results[fut.key][1])
+        acc = None
+        for fut in futures:
+            part = results[fut.key][0]
+            if part is not None:
+                acc = part if acc is None else merge(acc, part)
+        return acc
