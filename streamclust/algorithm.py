@@ -133,6 +133,20 @@ class Algorithm:
     def predict(self, X: np.ndarray, soft: bool = False) -> Assignment:
         raise NotImplementedError
 
+    def checkpoint(self) -> dict:
+        """The in-fit state after an epoch (arrays → npz, the rest → JSON), for resuming.  Row
+        state is saved by the engine.  Not overriding it means the algorithm cannot resume."""
+        raise NotImplementedError
+
+    def restore(self, ctx, state: dict) -> None:
+        """Instead of ``start``: rebuild the in-fit state from :meth:`checkpoint`'s dict (reopen
+        row state with ``ctx.row_state(..., existing=True)``)."""
+        raise NotImplementedError
+
+    @classmethod
+    def can_resume(cls) -> bool:
+        return cls.checkpoint is not Algorithm.checkpoint
+
     def finish(self, ctx) -> None:
         """Called once after the last epoch while ``ctx`` (row state, graph, cache) still exists:
         copy into the fitted attributes what prediction and the model need."""

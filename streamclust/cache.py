@@ -123,8 +123,18 @@ class FeatureCache:
 class RowState:
     """A per-row array (``n_rows × ...``) memory-mapped in the work directory."""
 
-    def __init__(self, path: str, shape: tuple, dtype, fill=0):
+    def __init__(self, path: str, shape: tuple, dtype, fill=0, existing: bool = False):
         self.path, self.shape, self.dtype = path, tuple(shape), np.dtype(dtype)
+        if existing:  # reopen (resume from a checkpoint): the file must match
+            try:
+                mm = np.lib.format.open_memmap(path, mode="r+")
+            except (OSError, ValueError) as e:
+                raise DataError(f"{path}: cannot reopen row state ({e})") from None
+            if mm.shape != self.shape or mm.dtype != self.dtype:
+                raise DataError(f"{path}: row state is {mm.dtype}{mm.shape}, expected "
+                                f"{self.dtype}{self.shape}")
+            self.array = mm
+            return
         mm = np.lib.format.open_memmap(path, mode="w+", dtype=self.dtype, shape=self.shape)
         if fill is not None and mm.size:
             mm[...] = fill

@@ -66,9 +66,11 @@ def main(ctx, verbose):
               help="Run the passes on a dask.distributed cluster (tcp://host:8786), or 'local' to "
                    "start a LocalCluster; the --work-dir must be reachable by every worker.")
 @click.option("--workers", type=int, default=None, help="Workers of --scheduler local (default 2).")
+@click.option("--resume", is_flag=True,
+              help="Continue the run whose checkpoint is in --work-dir (written after every epoch).")
 @click.option("--out", "-o", required=True, help="Model directory to write.")
 def fit(data, algorithm, clusters, features, sets, seed, batch_size, max_epochs, work_dir,
-        skip_invalid, quiet, scheduler, workers, out):
+        skip_invalid, quiet, scheduler, workers, resume, out):
     """Fit a clustering of DATA and save the model to --out."""
     from .engine import fit as _fit
     params = _parse_set(sets)
@@ -80,7 +82,8 @@ def fit(data, algorithm, clusters, features, sets, seed, batch_size, max_epochs,
         model = _fit(data, algorithm, clusters, features=_split(features), seed=seed,
                      batch_size=batch_size, max_epochs=max_epochs, work_dir=work_dir,
                      on_invalid="skip" if skip_invalid else "error",
-                     progress=False if quiet else None, executor=executor, **params)
+                     progress=False if quiet else None, executor=executor, resume=resume,
+                     **params)
     finally:
         if executor is not None:
             executor.close()

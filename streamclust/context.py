@@ -63,8 +63,9 @@ class Context:
         return self.executor.aggregate(step, data, params, state=state, merge=merge,
                                        batch_size=self.batch_size, progress=self._progress)
 
-    def row_state(self, name: str, shape: tuple, dtype, fill=0) -> RowState:
-        return RowState(os.path.join(self.work_dir, f"state_{name}.npy"), shape, dtype, fill)
+    def row_state(self, name: str, shape: tuple, dtype, fill=0, existing: bool = False) -> RowState:
+        """A memory-mapped per-row array; ``existing=True`` reopens it as a checkpoint left it."""
+        return RowState(os.path.join(self.work_dir, f"state_{name}.npy"), shape, dtype, fill, existing)
 
     def take(self, row_ids) -> np.ndarray:
         return self.data.take(row_ids)

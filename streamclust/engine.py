@@ -44,7 +44,8 @@ def _check_int(name, value, low):
 def fit(data, algorithm: str = "dgmm", n_clusters: int = 8, *, features=None, seed: int = 0,
         batch_size: int = 65536, max_epochs: int = 100, work_dir: str | None = None,
         on_invalid: str = "error", progress: bool | None = None, host: PluginHost | None = None,
-        executor=None, client=None, knn_options: dict | None = None, **params) -> Model:
+        executor=None, client=None, knn_options: dict | None = None, resume: bool = False,
+        **params) -> Model:
     """Fit ``algorithm`` with ``n_clusters`` clusters on ``data`` and return the :class:`Model`.
 
     ``data``: a Parquet file / directory / glob, an Arrow IPC file, a NumPy array or pyarrow data.
@@ -54,7 +55,9 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int = 8, *, features=None, se
     :class:`~streamclust.executor.LocalExecutor`); ``client``: a ``distributed.Client``, shorthand
     for ``executor=DaskExecutor(client)``.  ``knn_options``: settings of the kNN graph for algorithms
     that need one (see :func:`streamclust.knn.build_graph`).  ``params`` are the algorithm's
-    hyper-parameters.
+    hyper-parameters.  With a ``work_dir``, a checkpoint is written there after every epoch
+    (algorithms that support it) and ``resume=True`` continues from it; a work directory is used
+    by one run at a time.
     """
     _check_int("batch_size", batch_size, 1)
     _check_int("max_epochs", max_epochs, 1)
@@ -74,10 +77,17 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int = 8, *, features=None, se
         from .dask_executor import DaskExecutor
         executor = DaskExecutor(client)
     executor = executor or LocalExecutor()
+    if resume and work_dir is None:
+        raise ParameterError("resume needs the work_dir of the interrupted run")
+    if resume and not cls.can_resume():
+        raise ParameterError(f"algorithm '{algorithm}' cannot resume (it writes no checkpoints)")
     owned = work_dir is None
     work_dir = tempfile.mkdtemp(prefix="streamclust-") if owned else work_dir
     os.makedirs(work_dir, exist_ok=True)
     show = _progress_enabled(progress)
+    from .checkpoint import WorkDirLock
+    lock = WorkDirLock(work_dir)
+    lock.__enter__()
     try:
         from tqdm.auto import tqdm
         t0 = time.perf_counter()
@@ -101,15 +111,34 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int = 8, *, features=None, se
                         "n_neighbors": req.knn}
         ctx = Context(cache, work_dir, executor, algo.n_clusters, algo.seed, batch_size, knn=graph)
         run = Run(algorithm, algo.get_params(), cache.n_rows, cache.n_features, work_dir)
+        from . import checkpoint as ckpt
+        identity = {"algorithm": algorithm, "params": algo.get_params(), "batch_size": batch_size,
+                    "data": cache.meta.get("fingerprint"), "rows": cache.n_rows,
+                    "features": d.spec.to_json(), "on_invalid": on_invalid}
+        found = ckpt.find(work_dir) if resume else None
+        first = 0
+        resumed_from = None
+        if found:
+            meta = ckpt.load(found, identity)
+            ckpt.restore_row_state(found, work_dir, meta["row_state"])
+            algo.restore(ctx, meta["state"])
+            run.history = list(meta["history"])
+            first = resumed_from = int(meta["epoch"])
+            start_info = meta["extra"]["start"]
+            ctx.distance_evaluations = int(meta["extra"]["distance_evaluations"])
         host.hook.streamclust_run_started(run=run)
-        t_start = time.perf_counter()
-        algo.start(ctx)
-        start_info = {"seconds": time.perf_counter() - t_start,
-                      "distance_evaluations": ctx.distance_evaluations}
-        converged = False
-        with tqdm(total=max_epochs, unit="epoch", desc=algorithm, disable=not show,
-                  file=sys.stderr) as bar:
-            for epoch in range(max_epochs):
+        if not found:
+            t_start = time.perf_counter()
+            algo.start(ctx)
+            start_info = {"seconds": time.perf_counter() - t_start,
+                          "distance_evaluations": ctx.distance_evaluations}
+        write_ckpt = not owned and cls.can_resume()
+        converged = bool(run.history) and bool(run.history[-1].get("converged"))
+        with tqdm(total=max_epochs, initial=first, unit="epoch", desc=algorithm,
+                  disable=not show, file=sys.stderr) as bar:
+            for epoch in range(first, max_epochs):
+                if converged:
+                    break
                 ctx.epoch = epoch
                 before = ctx.distance_evaluations
                 t = time.perf_counter()
@@ -123,6 +152,10 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int = 8, *, features=None, se
                 host.hook.streamclust_epoch_finished(run=run, report=record)
                 bar.set_postfix(objective=f"{rep.objective:.6g}")
                 bar.update(1)
+                if write_ckpt:
+                    ckpt.write(work_dir, identity, epoch + 1, run.history,
+                               {"start": start_info, "distance_evaluations": ctx.distance_evaluations},
+                               algo.checkpoint())
                 if rep.converged:
                     converged = True
                     break
@@ -133,9 +166,12 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int = 8, *, features=None, se
                 "executor": getattr(executor, "name", type(executor).__name__)}
         if knn_info:
             info["knn"] = knn_info
+        if resume:
+            info["resumed_from_epoch"] = resumed_from
         model = Model(algo, d.spec, cache.n_features, run.history, info)
         host.hook.streamclust_run_finished(run=run, model=model)
         return model
     finally:
+        lock.__exit__(None, None, None)
         if owned:
             shutil.rmtree(work_dir, ignore_errors=True)

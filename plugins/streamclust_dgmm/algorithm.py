@@ -154,6 +154,28 @@ class DGMM(Algorithm):
                            distance_evaluations=int(evals),
                            extras={"sigma2": float(self.sigma2_), "empty_clusters": int((~live).sum())})
 
+    # -- checkpoints ---------------------------------------------------------------------------
+    def checkpoint(self) -> dict:
+        return {"means": self.means_, "sigma2": float(self.sigma2_),
+                "free_energy": self.free_energy_, "sigma2_floor": float(self._sigma2_floor),
+                "sim_indptr": self.sim_.indptr, "sim_indices": self.sim_.indices,
+                "sim_weights": self.sim_.weights, "H": int(self.H_), "R": int(self.R_),
+                "dense": bool(self.dense_), "K_rows": int(len(self._K.array))}
+
+    def restore(self, ctx, state: dict) -> None:
+        h = self.hyper
+        self.H_, self.R_, self.dense_ = int(state["H"]), int(state["R"]), bool(state["dense"])
+        self.means_ = np.ascontiguousarray(state["means"], dtype=np.float64)
+        self.sigma2_ = float(state["sigma2"])
+        self._sigma2_floor = float(state["sigma2_floor"])
+        self.free_energy_ = state["free_energy"]
+        self.sim_ = SimRows(np.asarray(state["sim_indptr"], np.int64),
+                            np.asarray(state["sim_indices"], np.int32),
+                            np.asarray(state["sim_weights"], np.float64))
+        # the coreset is a function of the seed and the data: rebuilt, not stored
+        self._view = ctx.coreset(h["coreset_size"]) if h["coreset_size"] else None
+        self._K = ctx.row_state("dgmm_K", (int(state["K_rows"]), self.H_), np.int32, existing=True)
+
     # -- prediction and state -----------------------------------------------------------------
     @property
     def cluster_centers_(self):

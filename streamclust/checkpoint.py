@@ -1,0 +1,132 @@
+"""Checkpoints of a fit in its work directory, and the lock that keeps one run per directory.
+
+After every epoch the engine writes ``<work_dir>/checkpoint/``: ``checkpoint.json`` (epoch count,
+history, what identifies the run), ``arrays.npz`` (the algorithm's arrays, ``allow_pickle=False``)
+and a copy of every row-state file (``state_*.npy``), which epochs change in place.  The
+directory is written as ``checkpoint.tmp`` and swapped in by renames (the previous one is kept
+as ``checkpoint.old`` until the swap is done), so a process killed at any point leaves either the
+old or the new checkpoint complete.  Randomness needs no saving: ``ctx.rng`` and the kernels'
+counter-based generators derive every stream from the seed, the epoch and the row id.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+
+import numpy as np
+
+from .errors import StreamclustError
+
+CKPT = "checkpoint"
+LOCK = ".streamclust.lock"
+
+
+class WorkDirLock:
+    """An exclusive ``flock`` on ``<work_dir>/.streamclust.lock`` for the duration of a fit."""
+
+    def __init__(self, work_dir: str):
+        self.path = os.path.join(work_dir, LOCK)
+        self._f = None
+
+    def __enter__(self):
+        f = open(self.path, "a+")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.seek(0)
+            who = f.read().strip() or "another process"
+            f.close()
+            raise StreamclustError(f"{os.path.dirname(self.path)}: the work directory is in use by "
+                                   f"another run ({who}); wait for it or use another --work-dir") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()}")
+        f.flush()
+        self._f = f
+        return self
+
+    def __exit__(self, *exc):
+        if self._f is not None:
+            fcntl.flock(self._f, fcntl.LOCK_UN)
+            self._f.close()
+            self._f = None
+
+
+def _fsync_dir(path):
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def write(work_dir: str, identity: dict, epoch: int, history: list, extra: dict,
+          algo_state: dict) -> None:
+    """Write the checkpoint after ``epoch`` epochs (see the module docstring)."""
+    tmp = os.path.join(work_dir, CKPT + ".tmp")
+    final = os.path.join(work_dir, CKPT)
+    old = os.path.join(work_dir, CKPT + ".old")
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    arrays = {k: np.asarray(v) for k, v in algo_state.items() if isinstance(v, np.ndarray)}
+    other = {k: v for k, v in algo_state.items() if not isinstance(v, np.ndarray)}
+    np.savez(os.path.join(tmp, "arrays.npz"), **arrays)
+    states = sorted(n for n in os.listdir(work_dir) if n.startswith("state_") and n.endswith(".npy"))
+    for name in states:
+        shutil.copyfile(os.path.join(work_dir, name), os.path.join(tmp, name))
+    from .model import _jsonable
+    meta = {"identity": identity, "epoch": epoch, "history": history, "extra": extra,
+            "algorithm_state": other, "arrays": sorted(arrays), "row_state": states}
+    with open(os.path.join(tmp, "checkpoint.json"), "w") as f:
+        json.dump(_jsonable(meta), f)
+        f.flush()
+        os.fsync(f.fileno())
+    _fsync_dir(tmp)
+    if os.path.exists(final):
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(final, old)
+    os.replace(tmp, final)
+    _fsync_dir(work_dir)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def find(work_dir: str) -> str | None:
+    """The complete checkpoint directory of ``work_dir`` (``checkpoint``, or ``checkpoint.old``
+    when a kill fell between the two renames), else None."""
+    for name in (CKPT, CKPT + ".old"):
+        path = os.path.join(work_dir, name)
+        if os.path.isfile(os.path.join(path, "checkpoint.json")):
+            return path
+    return None
+
+
+def load(path: str, identity: dict) -> dict:
+    """Read a checkpoint; refuse one written by a different run."""
+    try:
+        with open(os.path.join(path, "checkpoint.json")) as f:
+            meta = json.load(f)
+        with np.load(os.path.join(path, "arrays.npz"), allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (OSError, ValueError, KeyError) as e:
+        raise StreamclustError(f"{path}: unreadable checkpoint ({e}); delete it to start over") from None
+    ident = json.loads(json.dumps(identity))
+    if meta.get("identity") != ident:
+        diff = sorted(k for k in set(ident) | set(meta.get("identity", {}))
+                      if ident.get(k) != meta.get("identity", {}).get(k))
+        raise StreamclustError(f"{path}: the checkpoint belongs to a different run (differs in "
+                               f"{', '.join(diff)}); use another --work-dir or delete it")
+    meta["state"] = dict(meta.get("algorithm_state") or {}, **arrays)
+    return meta
+
+
+def restore_row_state(path: str, work_dir: str, names: list) -> None:
+    """Put the checkpoint's row-state copies back in place (atomic per file)."""
+    for name in names:
+        tmp = os.path.join(work_dir, name + ".restore")
+        shutil.copyfile(os.path.join(path, name), tmp)
+        os.replace(tmp, os.path.join(work_dir, name))
