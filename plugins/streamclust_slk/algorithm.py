@@ -180,6 +180,14 @@ class SLK(Algorithm):
 
     # -- fit ------------------------------------------------------------------------------------
     def start(self, ctx) -> None:
+        self._setup(ctx, existing=False)
+        self._inits = {}
+        self._best = None
+        self._run = -1
+        self._next_run(ctx)
+
+    def _setup(self, ctx, existing: bool) -> None:
+        """Graph, σ², row state and validation rows (shared by ``start`` and ``restore``)."""
         g = ctx.knn
         n, L = ctx.n_rows, self.n_clusters
         if n <= self.hyper["n_neighbors"]:
@@ -192,17 +200,42 @@ class SLK(Algorithm):
         if not self.sigma2_ > 0:
             raise DataError("SLK: every row equals its neighbours (σ² = 0); the kernel is undefined")
         self._inv2s2 = 1.0 / (2.0 * self.sigma2_)
-        self._A = ctx.row_state("slk_A", (n, L), np.float64)
-        self._Z = [ctx.row_state("slk_Z0", (n, L), np.float64), ctx.row_state("slk_Z1", (n, L), np.float64)]
-        self._labels = ctx.row_state("slk_labels", (n,), np.int32)
-        self._best_Z = ctx.row_state("slk_best_Z", (n, L), np.float32)
+        rs = ctx.row_state
+        self._A = rs("slk_A", (n, L), np.float64, existing=existing)
+        self._Z = [rs("slk_Z0", (n, L), np.float64, existing=existing),
+                   rs("slk_Z1", (n, L), np.float64, existing=existing)]
+        self._labels = rs("slk_labels", (n,), np.int32, existing=existing)
+        self._best_Z = rs("slk_best_Z", (n, L), np.float32, existing=existing)
         self._cur = 0
         self._runs = [(i, lam) for i in range(self.hyper["n_init"]) for lam in self._grid]
-        self._inits = {}
         self._validation(ctx)
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def checkpoint(self) -> dict:
+        keys = sorted(self._inits)
+        st = {"run": self._run, "cur": self._cur, "lam": self._lam, "E": list(self._E),
+              "mode_ids": self.mode_ids_, "modes": self._modes, "init_keys": keys,
+              "init_ids": np.array([self._inits[k] for k in keys], np.int64).reshape(len(keys), -1),
+              "best": None}
+        if self._best is not None:
+            b = self._best
+            st["best"] = {"score": b["score"], "run": b["run"], "lambda": b["lambda"], "E": b["E"]}
+            st.update(best_mode_ids=b["mode_ids"], best_modes=b["modes"], best_labels=b["labels"])
+        return st
+
+    def restore(self, ctx, state: dict) -> None:
+        self._setup(ctx, existing=True)
+        self._run, self._cur, self._lam = int(state["run"]), int(state["cur"]), float(state["lam"])
+        self._E = [float(e) for e in state["E"]]
+        self.mode_ids_ = np.asarray(state["mode_ids"], np.int64)
+        self._modes = np.asarray(state["modes"], np.float64)
+        self._inits = {int(k): np.asarray(v, np.int64)
+                       for k, v in zip(state["init_keys"], state["init_ids"])}
         self._best = None
-        self._run = -1
-        self._next_run(ctx)
+        if state.get("best") is not None:
+            self._best = dict(state["best"], mode_ids=np.asarray(state["best_mode_ids"], np.int64),
+                              modes=np.asarray(state["best_modes"], np.float64),
+                              labels=np.asarray(state["best_labels"], np.int32))
 
     def _validation(self, ctx):
         col = self.hyper["validation_labels"]
