@@ -55,35 +55,28 @@ def _is_file_memmap(x) -> bool:
     return whole and x.ctypes.data == base + x.offset % mmap.ALLOCATIONGRANULARITY
 
 
-def _pack(obj, mode="r"):
-    """Replace whole memory-mapped arrays by references (recursively through tuples/lists/dicts)."""
-    if isinstance(obj, RowState):
-        obj = obj.array
-    if isinstance(obj, np.memmap) and _is_file_memmap(obj):
-        return _MemmapRef(obj, mode)
-    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
-        return tuple(_pack(o, mode) for o in obj)
-    if isinstance(obj, tuple):  # namedtuple
-        return type(obj)(*(_pack(o, mode) for o in obj))
+def _walk(obj, leaf):
+    """``leaf`` applied to every non-container inside tuples, namedtuples, lists and dicts."""
+    if isinstance(obj, tuple):
+        items = [_walk(o, leaf) for o in obj]
+        return type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)
     if isinstance(obj, list):
-        return [_pack(o, mode) for o in obj]
+        return [_walk(o, leaf) for o in obj]
     if isinstance(obj, dict):
-        return {k: _pack(v, mode) for k, v in obj.items()}
-    return obj
+        return {k: _walk(v, leaf) for k, v in obj.items()}
+    return leaf(obj)
+
+
+def _pack(obj, mode="r"):
+    """Replace whole memory-mapped arrays (and row state) by references the worker opens."""
+    def leaf(x):
+        x = x.array if isinstance(x, RowState) else x
+        return _MemmapRef(x, mode) if _is_file_memmap(x) else x
+    return _walk(obj, leaf)
 
 
 def _unpack(obj):
-    if isinstance(obj, _MemmapRef):
-        return obj.open()
-    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
-        return tuple(_unpack(o) for o in obj)
-    if isinstance(obj, tuple):
-        return type(obj)(*(_unpack(o) for o in obj))
-    if isinstance(obj, list):
-        return [_unpack(o) for o in obj]
-    if isinstance(obj, dict):
-        return {k: _unpack(v) for k, v in obj.items()}
-    return obj
+    return _walk(obj, lambda x: x.open() if isinstance(x, _MemmapRef) else x)
 
 
 def _run_group(step, merge, source, group, state, params):

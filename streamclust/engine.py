@@ -8,6 +8,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+from . import checkpoint
 from .cache import FeatureCache
 from .columns import check_columns
 from .context import Context
@@ -39,6 +40,24 @@ def _progress_enabled(progress) -> bool:
 def _check_int(name, value, low):
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ParameterError(f"{name} must be an integer >= {low}, got {value!r}")
+
+
+def _begin(algo, ctx, run, identity: dict, resume: bool):
+    """Restore the algorithm from the work directory's checkpoint (``resume``) or ``start`` it.
+    Returns the first epoch to run, the start record and the epoch resumed from (or None)."""
+    found = checkpoint.find(ctx.work_dir) if resume else None
+    if found is None:
+        t = time.perf_counter()
+        algo.start(ctx)
+        return 0, {"seconds": time.perf_counter() - t,
+                   "distance_evaluations": ctx.distance_evaluations}, None
+    meta = checkpoint.load(found, identity)
+    checkpoint.restore_row_state(found, ctx.work_dir, meta["row_state"])
+    algo.restore(ctx, meta["state"])
+    run.history = list(meta["history"])
+    ctx.distance_evaluations = int(meta["extra"]["distance_evaluations"])
+    first = int(meta["epoch"])
+    return first, meta["extra"]["start"], first
 
 
 def fit(data, algorithm: str = "dgmm", n_clusters: int = 8, *, features=None, seed: int = 0,
@@ -85,8 +104,7 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int = 8, *, features=None, se
     work_dir = tempfile.mkdtemp(prefix="streamclust-") if owned else work_dir
     os.makedirs(work_dir, exist_ok=True)
     show = _progress_enabled(progress)
-    from .checkpoint import WorkDirLock
-    lock = WorkDirLock(work_dir)
+    lock = checkpoint.WorkDirLock(work_dir)
     lock.__enter__()
     try:
         from tqdm.auto import tqdm
@@ -111,34 +129,16 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int = 8, *, features=None, se
                         "n_neighbors": req.knn}
         ctx = Context(cache, work_dir, executor, algo.n_clusters, algo.seed, batch_size, knn=graph)
         run = Run(algorithm, algo.get_params(), cache.n_rows, cache.n_features, work_dir)
-        from . import checkpoint as ckpt
         identity = {"algorithm": algorithm, "params": algo.get_params(), "batch_size": batch_size,
                     "data": cache.meta.get("fingerprint"), "rows": cache.n_rows,
                     "features": d.spec.to_json(), "on_invalid": on_invalid}
-        found = ckpt.find(work_dir) if resume else None
-        first = 0
-        resumed_from = None
-        if found:
-            meta = ckpt.load(found, identity)
-            ckpt.restore_row_state(found, work_dir, meta["row_state"])
-            algo.restore(ctx, meta["state"])
-            run.history = list(meta["history"])
-            first = resumed_from = int(meta["epoch"])
-            start_info = meta["extra"]["start"]
-            ctx.distance_evaluations = int(meta["extra"]["distance_evaluations"])
+        first, start_info, resumed_from = _begin(algo, ctx, run, identity, resume)
         host.hook.streamclust_run_started(run=run)
-        if not found:
-            t_start = time.perf_counter()
-            algo.start(ctx)
-            start_info = {"seconds": time.perf_counter() - t_start,
-                          "distance_evaluations": ctx.distance_evaluations}
         write_ckpt = not owned and cls.can_resume()
         converged = bool(run.history) and bool(run.history[-1].get("converged"))
         with tqdm(total=max_epochs, initial=first, unit="epoch", desc=algorithm,
                   disable=not show, file=sys.stderr) as bar:
-            for epoch in range(first, max_epochs):
-                if converged:
-                    break
+            for epoch in range(first, max_epochs if not converged else first):
                 ctx.epoch = epoch
                 before = ctx.distance_evaluations
                 t = time.perf_counter()
@@ -153,7 +153,7 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int = 8, *, features=None, se
                 bar.set_postfix(objective=f"{rep.objective:.6g}")
                 bar.update(1)
                 if write_ckpt:
-                    ckpt.write(work_dir, identity, epoch + 1, run.history,
+                    checkpoint.write(work_dir, identity, epoch + 1, run.history,
                                {"start": start_info, "distance_evaluations": ctx.distance_evaluations},
                                algo.checkpoint())
                 if rep.converged:

@@ -203,6 +203,10 @@ def _build_shard(X, start, stop, s, batch_size, progress):
     return index
 
 
+def _shard_path(directory: str, j: int) -> str:
+    return os.path.join(directory, f"shard_{j:04d}.bin")
+
+
 def _read_meta(path):
     try:
         with open(path) as f:
@@ -276,10 +280,8 @@ def build_graph(cache: FeatureCache, n_neighbors: int, directory: str, *, shard_
 
     q_ef = settings["ef"]
     if old:  # the new rows against every old shard, one shard in memory at a time
-        import hnswlib
-        for j, (a, b) in enumerate(shards_old):
-            index = hnswlib.Index(space="l2", dim=dim)
-            index.load_index(os.path.join(directory, f"shard_{j:04d}.bin"))
+        for j in range(len(shards_old)):
+            index = KNNIndex.load([_shard_path(directory, j)], dim, q_ef).shards[0]
             index.set_ef(q_ef)
             merge_into(index, n_old, n)
             del index
@@ -289,7 +291,7 @@ def build_graph(cache: FeatureCache, n_neighbors: int, directory: str, *, shard_
             built = list(pool.map(lambda r: _build_shard(cache.X, r[0], r[1], settings, batch_size,
                                                          progress), group))
             for j, index in enumerate(built):
-                path = os.path.join(directory, f"shard_{first + g0 + j:04d}.bin")
+                path = _shard_path(directory, first + g0 + j)
                 index.save_index(path + ".tmp")
                 os.replace(path + ".tmp", path)
                 index.set_ef(q_ef)
@@ -320,7 +322,7 @@ def load_index(directory: str, threads: int = -1) -> KNNIndex:
     meta = _read_meta(os.path.join(directory, META))
     if meta is None:
         raise DataError(f"{directory}: no kNN index here ({META} missing or unreadable)")
-    paths = [os.path.join(directory, f"shard_{j:04d}.bin") for j in range(len(meta["shards"]))]
+    paths = [_shard_path(directory, j) for j in range(len(meta["shards"]))]
     return KNNIndex.load(paths, meta["n_features"], meta["ef"], threads)
 
 

@@ -116,7 +116,6 @@ def test_changed_old_rows_force_a_full_rebuild(tmp_path):
 
 
 def test_parallel_shards_are_deterministic_and_the_index_queries_like_brute_force():
-    from streamclust.knn import KNNIndex, build_graph, load_index  # noqa: F401
     X, _ = make_blobs(n=2400, k=5, d=6, seed=8)
     X = X.astype(np.float32)
     a = streamclust.knn_graph(X, 5, min_shard_rows=600, threads=2, seed=3)
