@@ -17,3 +17,14 @@ def table(rows, headers):
 
 def median(xs):
     return statistics.median(xs)
+
+
+def vector_table(name, X, **columns):
+    """A pyarrow Table with ``X`` as one ``fixed_size_list<float32>`` column ``name`` and
+    ``columns`` (arrays) beside it."""
+    import numpy as np
+    import pyarrow as pa
+    X = np.ascontiguousarray(X, dtype=np.float32)
+    cols = {name: pa.FixedSizeListArray.from_arrays(pa.array(X.ravel()), X.shape[1])}
+    cols.update({k: pa.array(v) for k, v in columns.items()})
+    return pa.table(cols)

@@ -17,11 +17,10 @@ import tempfile
 import time
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import median, table  # noqa: E402
+from _common import median, table, vector_table  # noqa: E402
 
 import streamclust  # noqa: E402
 
@@ -33,8 +32,8 @@ def write(path, rows, dim, k, files=10, seed=0):
     for f in range(files):
         n = int(bounds[f + 1] - bounds[f])
         X = C[rng.integers(0, k, n)] + rng.normal(0, 1, (n, dim)).astype(np.float32)
-        pq.write_table(pa.table({"x": pa.FixedSizeListArray.from_arrays(pa.array(X.ravel()), dim)}),
-                       os.path.join(path, f"part-{f:03d}.parquet"), row_group_size=1 << 20)
+        pq.write_table(vector_table("x", X), os.path.join(path, f"part-{f:03d}.parquet"),
+                       row_group_size=1 << 20)
 
 
 def run(data, work, k, epochs, executor):

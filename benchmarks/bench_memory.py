@@ -13,11 +13,10 @@ import tempfile
 import time
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import table  # noqa: E402
+from _common import table, vector_table  # noqa: E402
 
 
 def write_data(path, rows, dim, clusters, chunk=500_000, seed=0):
@@ -27,7 +26,7 @@ def write_data(path, rows, dim, clusters, chunk=500_000, seed=0):
     for i, s in enumerate(range(0, rows, chunk)):
         n = min(chunk, rows - s)
         X = centers[rng.integers(0, clusters, n)] + rng.normal(size=(n, dim)).astype(np.float32)
-        pq.write_table(pa.table({"embedding": pa.FixedSizeListArray.from_arrays(pa.array(X.ravel()), dim)}),
+        pq.write_table(vector_table("embedding", X),
                        os.path.join(path, f"part-{i:04d}.parquet"), row_group_size=100_000)
 
 

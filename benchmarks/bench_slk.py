@@ -16,10 +16,9 @@ import sys
 import time
 
 import numpy as np
-import pyarrow as pa
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import SHARED_DATA, table  # noqa: E402
+from _common import SHARED_DATA, table, vector_table  # noqa: E402
 
 import streamclust  # noqa: E402
 from streamclust.metrics import accuracy, nmi  # noqa: E402
@@ -56,8 +55,7 @@ def main():
         km = KMeans(k, n_init=10, random_state=a.seed).fit_predict(X)
         t_km = time.perf_counter() - t
         rows.append([name, "KMeans", "-", round(nmi(y, km), 3), round(accuracy(y, km), 3), round(t_km, 1), 1.0])
-        data = pa.table({"x": pa.FixedSizeListArray.from_arrays(pa.array(X.ravel()), X.shape[1]),
-                         "y": pa.array(y.astype(np.int64))})
+        data = vector_table("x", X, y=y.astype(np.int64))
         for mode in a.modes.split(","):
             for label, kw in (("default λ", {}),
                               (f"val. grid ×{a.n_init}", {"lambda_grid": a.grid, "validation_labels": "y",

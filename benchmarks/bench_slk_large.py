@@ -15,11 +15,10 @@ import tempfile
 import time
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import median, table  # noqa: E402
+from _common import median, table, vector_table  # noqa: E402
 
 import streamclust  # noqa: E402
 from streamclust.metrics import accuracy, nmi  # noqa: E402
@@ -53,9 +52,8 @@ def main():
         bounds = np.linspace(0, a.rows, a.files + 1).astype(int)
         for f in range(a.files):
             s, e = bounds[f], bounds[f + 1]
-            pq.write_table(pa.table({"pixels": pa.FixedSizeListArray.from_arrays(
-                pa.array(X[s:e].ravel()), a.dim), "y": pa.array(y[s:e])}),
-                os.path.join(tmp, f"part-{f:02d}.parquet"), row_group_size=10000)
+            pq.write_table(vector_table("pixels", X[s:e], y=y[s:e]),
+                           os.path.join(tmp, f"part-{f:02d}.parquet"), row_group_size=10000)
         from sklearn.cluster import KMeans
         streamclust.fit(X[:2000], "slk", 10, progress=False)  # numba compile, not timed
         res = []
