@@ -135,14 +135,26 @@ def evaluate(model_dir, data, labels, batch_size):
 @click.option("--ef", type=int, default=0, help="Query breadth (0: 24; never below 2k + 2).")
 @click.option("--M", "m", type=int, default=16, show_default=True, help="hnswlib graph degree.")
 @click.option("--batch-size", type=int, default=65536, show_default=True)
-def graph(data, neighbors, features, out, shard_rows, ef, m, batch_size):
+@click.option("--scheduler", default=None, metavar="ADDRESS",
+              help="Build and query the shards on a dask.distributed cluster (or 'local'); --out "
+                   "must be reachable by every worker.")
+@click.option("--workers", type=int, default=None, help="Workers of --scheduler local (default 2).")
+def graph(data, neighbors, features, out, shard_rows, ef, m, batch_size, scheduler, workers):
     """Build the kNN graph of DATA (ids N×k int64, distances N×k float32) into --out."""
     import os
     import time
     from .knn import KNN_DIR, knn_graph
     t = time.perf_counter()
-    g = knn_graph(data, neighbors, features=_split(features), work_dir=out, batch_size=batch_size,
-                  shard_rows=shard_rows, ef=ef, M=m)
+    executor = None
+    if scheduler:
+        from .dask_executor import DaskExecutor
+        executor = DaskExecutor(scheduler=scheduler, n_workers=workers)
+    try:
+        g = knn_graph(data, neighbors, features=_split(features), work_dir=out,
+                      batch_size=batch_size, shard_rows=shard_rows, ef=ef, M=m, executor=executor)
+    finally:
+        if executor is not None:
+            executor.close()
     click.echo(f"{len(g.ids)} rows × {g.n_neighbors} neighbours in {time.perf_counter() - t:.2f} s "
                f"-> {os.path.join(out, KNN_DIR)}")
 

@@ -79,8 +79,37 @@ def _unpack(obj):
     return _walk(obj, lambda x: x.open() if isinstance(x, _MemmapRef) else x)
 
 
-def _run_group(step, merge, source, group, state, params):
+def _cores() -> int:
+    import os
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def _use_share(shares) -> None:
+    """Limit numba's threads in this task to this worker's share of its machine's cores (the
+    cores divided by the workers on that host), so that workers do not oversubscribe a machine."""
+    if not shares:
+        return
+    try:
+        from distributed import get_worker
+        share = shares.get(get_worker().address)
+    except ValueError:  # not on a worker
+        return
+    if share:
+        import numba
+        numba.set_num_threads(max(1, min(int(share), numba.config.NUMBA_NUM_THREADS)))
+
+
+def _run_task(fn, args, shares):
+    _use_share(shares)
+    return fn(*args)
+
+
+def _run_group(step, merge, source, group, state, params, shares=None):
     """One task: the step over a group of batches, partials merged in order."""
+    _use_share(shares)
     if source is not None:  # (path, n, d): the feature cache, opened here
         path, n, d = source
         X = np.memmap(path, dtype=np.float32, mode="r", shape=(n, d))
@@ -111,9 +140,11 @@ class DaskExecutor:
     """
 
     name = "dask"
+    #: True: tasks run in other processes, which open the work directory's files themselves
+    distributed = True
 
     def __init__(self, client=None, scheduler: str | None = None, n_workers: int | None = None,
-                 tasks_per_worker: int = 2):
+                 tasks_per_worker: int = 2, numba_threads: int | None = None):
         try:
             import distributed
         except ImportError:
@@ -132,6 +163,9 @@ class DaskExecutor:
             self._owns_client = False
         self.client = client
         self.tasks_per_worker = int(tasks_per_worker)
+        self.numba_threads = numba_threads
+        self._shares_for = None
+        self._shares = None
 
     def __enter__(self):
         return self
@@ -145,9 +179,49 @@ class DaskExecutor:
         if self._cluster is not None:
             self._cluster.close()
 
+    def _workers(self) -> dict:
+        return self.client.scheduler_info().get("workers", {})
+
     def _n_tasks(self, n_batches: int) -> int:
-        workers = max(1, len(self.client.scheduler_info().get("workers", {})))
-        return max(1, min(n_batches, workers * self.tasks_per_worker))
+        return max(1, min(n_batches, self.parallelism() * self.tasks_per_worker))
+
+    def parallelism(self) -> int:
+        """The workers' threads in total (tasks that can run at once)."""
+        return max(1, sum(int(w.get("nthreads", 1)) for w in self._workers().values()))
+
+    def shares(self) -> dict:
+        """Numba threads per worker address: ``numba_threads`` if given, else the cores of the
+        worker's machine divided by the worker threads on that machine (recomputed when the
+        set of workers changes)."""
+        workers = self._workers()
+        key = tuple(sorted(workers))
+        if key != self._shares_for:
+            if self.numba_threads:
+                self._shares = {a: int(self.numba_threads) for a in workers}
+            else:
+                cores = self.client.run(_cores)
+                per_host = {}
+                for a, w in workers.items():
+                    per_host[w.get("host")] = per_host.get(w.get("host"), 0) + int(w.get("nthreads", 1))
+                self._shares = {a: max(1, int(cores.get(a, 1)) // per_host[w.get("host")])
+                                for a, w in workers.items()}
+            self._shares_for = key
+        return self._shares
+
+    def map(self, fn: Callable, items, *, sizes=None, progress: Callable[[int], None] | None = None):
+        """``[fn(*args) for args in items]`` as one task each on the cluster, results in order."""
+        from distributed import as_completed
+        shares = self.shares()
+        futures = [self.client.submit(_run_task, fn, tuple(args), shares, pure=False)
+                   for args in items]
+        index = {f.key: i for i, f in enumerate(futures)}
+        out = [None] * len(futures)
+        for fut in as_completed(futures):
+            i = index[fut.key]
+            out[i] = fut.result()
+            if progress is not None and sizes is not None:
+                progress(sizes[i])
+        return out
 
     def aggregate(self, step: Callable, data, params, *, state=(), merge: Callable = merge_sum,
                   batch_size: int = 65536, progress: Callable[[int], None] | None = None):
@@ -171,8 +245,9 @@ class DaskExecutor:
         edges = np.linspace(0, len(items), n_tasks + 1).round().astype(int)
         groups = [items[a:b] for a, b in zip(edges[:-1], edges[1:]) if b > a]
         p = self.client.scatter([_pack(params)], broadcast=True, hash=False)[0]
+        shares = self.shares()
         futures = [self.client.submit(_run_group, step, merge, source, g, tuple(state_refs), p,
-                                      pure=False) for g in groups]
+                                      shares, pure=False) for g in groups]
         results = {}
         for fut in as_completed(futures):
             results[fut.key] = fut.result()

@@ -124,6 +124,7 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int = 8, *, features=None, se
                       file=sys.stderr, leave=False) as bar:
                 graph = build_graph(cache, req.knn, os.path.join(work_dir, KNN_DIR),
                                     seed=seed, batch_size=batch_size, progress=bar.update,
+                                    executor=executor,
                                     **(knn_options or {}))
             knn_info = {"seconds": time.perf_counter() - t_knn, "status": graph.status,
                         "n_neighbors": req.knn}

@@ -30,6 +30,20 @@ class LocalExecutor:
     """Runs every step in this process, batch after batch (numba kernels use threads)."""
 
     name = "local"
+    #: False: the data and the work directory are only known to this process
+    distributed = False
+
+    def parallelism(self) -> int:
+        return 1
+
+    def map(self, fn: Callable, items, *, sizes=None, progress: Callable[[int], None] | None = None):
+        """``[fn(*args) for args in items]``, in order (independent tasks: one shard, one range)."""
+        out = []
+        for i, args in enumerate(items):
+            out.append(fn(*args))
+            if progress is not None and sizes is not None:
+                progress(sizes[i])
+        return out
 
     def aggregate(self, step: Callable, data, params, *, state=(), merge: Callable = merge_sum,
                   batch_size: int = 65536, progress: Callable[[int], None] | None = None):

@@ -33,6 +33,8 @@ import numpy as np
 
 from .cache import FeatureCache
 from .errors import DataError, ParameterError
+from .knn_tasks import (build_shard, build_shard_file, load_shard, merge_rows, merge_topk,
+                        query_range_file, query_shard, save_index, shard_path)
 from .sources import open_data
 
 KNN_DIR = "knn"
@@ -107,25 +109,6 @@ class KNNGraph:
         return cls(ids, dist, "reused")
 
 
-def _merge(best_ids, best_d, new_ids, new_d, k):
-    ids = np.concatenate([best_ids, new_ids], axis=1)
-    d = np.concatenate([best_d, new_d], axis=1)
-    order = np.argsort(d, axis=1, kind="stable")[:, :k]
-    return np.take_along_axis(ids, order, 1), np.take_along_axis(d, order, 1)
-
-
-def _query_shard(index, X, rows, k, threads):
-    """Top ``k`` of one shard for the rows ``X`` (global ids ``rows``, or None: not indexed rows),
-    squared distances, the row itself removed."""
-    kk = min(k + 1, index.get_current_count())
-    lab, d2 = index.knn_query(X, k=kk, num_threads=threads)
-    lab = lab.astype(np.int64)
-    d2 = d2.astype(np.float32)
-    if rows is not None:
-        d2 = np.where(lab == rows[:, None], np.float32(np.inf), d2)
-    return lab, d2
-
-
 class KNNIndex:
     """The sharded hnswlib index of a set of rows, queried as one: ``query(X, k)``."""
 
@@ -146,8 +129,8 @@ class KNNIndex:
         best_d = np.zeros((len(X), 0), np.float32)
         for index in self.shards:
             index.set_ef(max(self.ef, k + 1))
-            lab, d2 = _query_shard(index, X, rows, k, n_threads(self.threads))
-            best_i, best_d = _merge(best_i, best_d, lab, d2, k)
+            lab, d2 = query_shard(index, X, rows, k, n_threads(self.threads))
+            best_i, best_d = merge_topk(best_i, best_d, lab, d2, k)
         return best_i, np.sqrt(np.maximum(best_d, 0))
 
     def save(self, directory: str, prefix: str = "knn_shard") -> list:
@@ -161,16 +144,7 @@ class KNNIndex:
 
     @classmethod
     def load(cls, paths: list, dim: int, ef: int, threads: int = -1) -> "KNNIndex":
-        import hnswlib
-        shards = []
-        for p in paths:
-            index = hnswlib.Index(space="l2", dim=int(dim))
-            try:
-                index.load_index(p)
-            except Exception as e:  # noqa: BLE001 - hnswlib raises RuntimeError on bad files
-                raise DataError(f"{p}: cannot load the hnswlib index ({e})") from None
-            shards.append(index)
-        return cls(shards, dim, ef, threads)
+        return cls([load_shard(p, dim) for p in paths], dim, ef, threads)
 
 
 def plan_shards(start: int, stop: int, shard_rows: int, threads: int, min_shard_rows: int):
@@ -190,23 +164,6 @@ def rows_hash(X, stop: int, batch_size: int = 65536) -> str:
     return h.hexdigest()
 
 
-def _build_shard(X, start, stop, s, batch_size, progress):
-    import hnswlib
-    index = hnswlib.Index(space="l2", dim=X.shape[1])
-    index.init_index(max_elements=stop - start, ef_construction=s["ef_construction"], M=s["M"],
-                     random_seed=s["seed"])
-    for b in range(start, stop, batch_size):
-        e = min(stop, b + batch_size)
-        index.add_items(np.asarray(X[b:e]), np.arange(b, e), num_threads=1)
-        if progress:
-            progress(e - b)
-    return index
-
-
-def _shard_path(directory: str, j: int) -> str:
-    return os.path.join(directory, f"shard_{j:04d}.bin")
-
-
 def _read_meta(path):
     try:
         with open(path) as f:
@@ -215,11 +172,76 @@ def _read_meta(path):
         return None
 
 
+def _build_local(cache, directory, settings, old, shards_old, ranges, ids, dist, nt, batch_size,
+                 progress):
+    """Shard-major: build ``nt`` shards at once (one per thread), query every row against them;
+    only those shards are in memory."""
+    n, k, dim, q_ef = cache.n_rows, settings["k"], settings["n_features"], settings["ef"]
+    n_old = old["n_rows"] if old else 0
+    if old:  # start from the old graph (squared distances while merging)
+        g = KNNGraph.load(directory)
+        for s in range(0, n_old, batch_size):
+            e = min(n_old, s + batch_size)
+            ids[s:e] = g.ids[s:e]
+            dist[s:e] = np.square(g.distances[s:e])
+        del g
+        for j in range(len(shards_old)):  # the new rows against every old shard
+            index = load_shard(shard_path(directory, j), dim)
+            index.set_ef(q_ef)
+            merge_rows(index, cache.X, ids, dist, n_old, n, k, nt, batch_size, progress)
+            del index
+    with ThreadPoolExecutor(max_workers=nt) as pool:
+        for g0 in range(0, len(ranges), nt):
+            group = ranges[g0:g0 + nt]
+            built = list(pool.map(lambda r: build_shard(cache.X, r[0], r[1], settings, batch_size,
+                                                        progress), group))
+            for j, index in enumerate(built):
+                save_index(index, shard_path(directory, len(shards_old) + g0 + j))
+                index.set_ef(q_ef)
+                merge_rows(index, cache.X, ids, dist, 0, n, k, nt, batch_size, progress)
+            del built
+    for s in range(0, n, batch_size):
+        e = min(n, s + batch_size)
+        dist[s:e] = np.sqrt(np.maximum(dist[s:e], 0))
+    ids.flush()
+    dist.flush()
+
+
+def _build_distributed(executor, cache, directory, settings, old, shards_old, ranges, out,
+                       batch_size, progress):
+    """One task per new shard (built on a worker, written to the work directory), then one task
+    per range of rows querying every shard in turn: the same graph as the local build."""
+    n = cache.n_rows
+    source = (cache.X.filename, n, cache.n_features)
+    first = len(shards_old)
+    executor.map(build_shard_file,
+                 [(source, a, b, settings, batch_size, shard_path(directory, first + j))
+                  for j, (a, b) in enumerate(ranges)],
+                 sizes=[b - a for a, b in ranges], progress=progress)
+    n_old = old["n_rows"] if old else 0
+    shards = [(shard_path(directory, j), n_old) for j in range(first)]
+    shards += [(shard_path(directory, first + j), 0) for j in range(len(ranges))]
+    prev = None
+    if old:
+        prev = tuple(os.path.join(directory, f"graph_{name}.npy") for name in ("ids", "distances"))
+        prev += (n_old,)
+    parts = max(1, executor.parallelism())
+    edges = np.linspace(0, n, parts + 1).round().astype(np.int64)
+    rows = [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+    executor.map(query_range_file,
+                 [(source, out, prev, shards, a, b, settings, batch_size, None) for a, b in rows],
+                 sizes=[b - a for a, b in rows], progress=progress)
+
+
 def build_graph(cache: FeatureCache, n_neighbors: int, directory: str, *, shard_rows: int = 2_000_000,
                 M: int = 16, ef_construction: int = 100, ef: int = 0, seed: int = 0,
                 threads: int = -1, min_shard_rows: int = 10_000, batch_size: int = 65536,
-                progress=None) -> KNNGraph:
-    """The graph of the cached rows (see the module docstring): reused, extended or built."""
+                progress=None, executor=None) -> KNNGraph:
+    """The graph of the cached rows (see the module docstring): reused, extended or built.
+
+    ``executor``: with a distributed one (:class:`~streamclust.dask_executor.DaskExecutor`) the
+    shards are built and queried as tasks on its workers, which must reach ``directory`` and the
+    feature cache; ``threads`` (the shard count rule) then defaults to the workers' total."""
     n, dim = cache.n_rows, cache.n_features
     if isinstance(n_neighbors, bool) or int(n_neighbors) < 1:
         raise ParameterError(f"n_neighbors must be >= 1, got {n_neighbors!r}")
@@ -230,6 +252,8 @@ def build_graph(cache: FeatureCache, n_neighbors: int, directory: str, *, shard_
             raise ParameterError(f"{name} must be >= {low}, got {v!r}")
     if k >= n:
         raise DataError(f"{n} rows: cannot find {k} neighbours per row (need at least k + 1 rows)")
+    if getattr(executor, "distributed", False) and not (threads and threads > 0):
+        threads = executor.parallelism()
     nt = n_threads(threads)
     settings = {"n_features": dim, "k": k, "M": int(M), "ef_construction": int(ef_construction),
                 "ef": query_ef(ef, k), "shard_rows": int(shard_rows),
@@ -254,55 +278,21 @@ def build_graph(cache: FeatureCache, n_neighbors: int, directory: str, *, shard_
     n_old = old["n_rows"] if old else 0
     shards_old = [tuple(s) for s in old["shards"]] if old else []
     ranges = plan_shards(n_old, n, shard_rows, nt, min_shard_rows)
-    first = len(shards_old)
-
-    ids = np.lib.format.open_memmap(os.path.join(directory, "graph_ids.tmp.npy"), "w+", np.int64, (n, k))
-    dist = np.lib.format.open_memmap(os.path.join(directory, "graph_distances.tmp.npy"), "w+",
-                                     np.float32, (n, k))
+    out = [os.path.join(directory, f"graph_{name}.tmp.npy") for name in ("ids", "distances")]
+    ids = np.lib.format.open_memmap(out[0], "w+", np.int64, (n, k))
+    dist = np.lib.format.open_memmap(out[1], "w+", np.float32, (n, k))
     ids[:] = -1
     dist[:] = np.inf
-    if old:  # start from the old graph (squared distances while merging)
-        g = KNNGraph.load(directory)
-        for s in range(0, n_old, batch_size):
-            e = min(n_old, s + batch_size)
-            ids[s:e] = g.ids[s:e]
-            dist[s:e] = np.square(g.distances[s:e])
-        del g
-
-    def merge_into(index, start, stop):
-        for s in range(start, stop, batch_size):
-            e = min(stop, s + batch_size)
-            lab, d2 = _query_shard(index, np.asarray(cache.X[s:e]), np.arange(s, e), k, nt)
-            i2, d2 = _merge(np.asarray(ids[s:e]), np.asarray(dist[s:e]), lab, d2, k)
-            ids[s:e], dist[s:e] = i2, d2
-            if progress:
-                progress(e - s)
-
-    q_ef = settings["ef"]
-    if old:  # the new rows against every old shard, one shard in memory at a time
-        for j in range(len(shards_old)):
-            index = KNNIndex.load([_shard_path(directory, j)], dim, q_ef).shards[0]
-            index.set_ef(q_ef)
-            merge_into(index, n_old, n)
-            del index
-    with ThreadPoolExecutor(max_workers=nt) as pool:
-        for g0 in range(0, len(ranges), nt):  # build nt shards at once, then query them
-            group = ranges[g0:g0 + nt]
-            built = list(pool.map(lambda r: _build_shard(cache.X, r[0], r[1], settings, batch_size,
-                                                         progress), group))
-            for j, index in enumerate(built):
-                path = _shard_path(directory, first + g0 + j)
-                index.save_index(path + ".tmp")
-                os.replace(path + ".tmp", path)
-                index.set_ef(q_ef)
-                merge_into(index, 0, n)
-            del built
-    for s in range(0, n, batch_size):
-        e = min(n, s + batch_size)
-        dist[s:e] = np.sqrt(np.maximum(dist[s:e], 0))
-    ids.flush()
-    dist.flush()
-    del ids, dist
+    if getattr(executor, "distributed", False):
+        ids.flush()
+        dist.flush()
+        del ids, dist
+        _build_distributed(executor, cache, directory, settings, old, shards_old, ranges, out,
+                           batch_size, progress)
+    else:
+        _build_local(cache, directory, settings, old, shards_old, ranges, ids, dist, nt,
+                     batch_size, progress)
+        del ids, dist
     for name in ("ids", "distances"):
         os.replace(os.path.join(directory, f"graph_{name}.tmp.npy"),
                    os.path.join(directory, f"graph_{name}.npy"))
@@ -322,7 +312,7 @@ def load_index(directory: str, threads: int = -1) -> KNNIndex:
     meta = _read_meta(os.path.join(directory, META))
     if meta is None:
         raise DataError(f"{directory}: no kNN index here ({META} missing or unreadable)")
-    paths = [_shard_path(directory, j) for j in range(len(meta["shards"]))]
+    paths = [shard_path(directory, j) for j in range(len(meta["shards"]))]
     return KNNIndex.load(paths, meta["n_features"], meta["ef"], threads)
 
 

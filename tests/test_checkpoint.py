@@ -61,7 +61,7 @@ def test_a_checkpoint_of_another_run_is_refused(tmp_path):
         streamclust.fit(data, "dgmm", 12, features="embedding", max_epochs=4, work_dir=work,
                         resume=True, progress=False, **{**DGMM, "truncation": 4})
     with pytest.raises(ParameterError, match="cannot resume"):
-        streamclust.fit(data, "ism", 2, features="embedding", work_dir=work, resume=True)
+        streamclust.fit(data, "kmeans", 2, features="embedding", work_dir=work, resume=True)
     with pytest.raises(ParameterError, match="work_dir"):
         streamclust.fit(data, "dgmm", 12, features="embedding", resume=True)
 

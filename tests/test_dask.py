@@ -73,6 +73,53 @@ def test_cli_fit_with_a_local_scheduler(tmp_path):
     assert os.path.isdir(out)
 
 
+def test_graph_built_on_workers_equals_the_local_build_and_appends_alike(dask_executor, tmp_path):
+    """Shards built and queried as tasks give the very graph of the local build (same shard
+    boundaries), for a full build and for an append; both via the Python API and the CLI."""
+    X, _ = make_blobs(n=3000, k=6, d=8, seed=5, spread=1.0)
+    data = write_parquet_dir(str(tmp_path / "d"), X.astype(np.float32), files=3)
+    later = os.path.join(data, "part-002.parquet")
+    os.rename(later, str(tmp_path / "held-back.parquet"))
+    opts = dict(features="embedding", min_shard_rows=300, threads=3, shard_rows=600, batch_size=256)
+    first = {}
+    for name, ex in (("local", None), ("dask", dask_executor)):
+        first[name] = streamclust.knn_graph(data, 5, work_dir=str(tmp_path / name), executor=ex,
+                                            **opts)
+    assert first["dask"].status == "built"
+    np.testing.assert_array_equal(first["dask"].ids, first["local"].ids)
+    np.testing.assert_array_equal(first["dask"].distances, first["local"].distances)
+    os.rename(str(tmp_path / "held-back.parquet"), later)
+    second = {name: streamclust.knn_graph(data, 5, work_dir=str(tmp_path / name), executor=ex, **opts)
+              for name, ex in (("local", None), ("dask", dask_executor))}
+    assert second["dask"].status == second["local"].status == "appended"
+    np.testing.assert_array_equal(second["dask"].ids, second["local"].ids)
+    np.testing.assert_array_equal(second["dask"].distances, second["local"].distances)
+    assert len(os.listdir(str(tmp_path / "dask" / "knn"))) == len(os.listdir(str(tmp_path / "local" / "knn")))
+    # the CLI: --scheduler local builds the same graph (threads: the 2 workers, as locally with 2)
+    out = str(tmp_path / "cli")
+    r = CliRunner().invoke(main, ["graph", data, "-n", "5", "-f", "embedding", "--shard-rows", "600",
+                                  "--scheduler", "local", "--workers", "2", "--out", out])
+    assert r.exit_code == 0, r.output
+    ref = streamclust.knn_graph(data, 5, **{**opts, "threads": 2})
+    np.testing.assert_array_equal(np.load(os.path.join(out, "knn", "graph_ids.npy")), ref.ids)
+
+
+def test_numba_threads_are_a_share_of_each_machine(dask_executor):
+    shares = dask_executor.shares()
+    workers = dask_executor.client.scheduler_info()["workers"]
+    cores = dask_executor.client.run(os.cpu_count)
+    assert set(shares) == set(workers)
+    for addr, share in shares.items():  # 2 single-threaded workers on this one machine
+        assert share == max(1, len(os.sched_getaffinity(0)) // 2), (share, cores[addr])
+    got = dask_executor.map(_numba_threads, [()] * 4)
+    assert set(got) <= set(shares.values())
+
+
+def _numba_threads():
+    import numba
+    return numba.get_num_threads()
+
+
 def _first_rows(batch, _state, _params):
     return [batch.start]
 

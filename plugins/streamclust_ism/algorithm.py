@@ -101,7 +101,8 @@ class ISM(Algorithm):
         return Requirements(sample=self.hyper["sample_size"], columns=cols)
 
     # -- fitting ----------------------------------------------------------------------------
-    def start(self, ctx):
+    def _load_sample(self, ctx):
+        """The sample (a function of the seed and the data), standardised, and its labels."""
         h = self.hyper
         c = self.n_clusters
         ids, Xs = ctx.sample(h["sample_size"])
@@ -127,6 +128,11 @@ class ISM(Algorithm):
             self._Yc = np.zeros((n, 0))
         self._truth = np.asarray(ctx.column(h["truth"]))[ids] if h["truth"] else None
 
+    def start(self, ctx):
+        h = self.hyper
+        c = self.n_clusters
+        self._load_sample(ctx)
+        n, d = self._X.shape
         # spectral embedding of the data (W = I) and the automatic λ
         sigma0 = sp.median_distance(self._X) if not h["sigma"] else h["sigma"]
         K = sp.gaussian_kernel(self._X, sigma0)
@@ -148,11 +154,28 @@ class ISM(Algorithm):
             neg = int((ev < -tol).sum())
             q = max(1, min(nonpos, max(neg, c) + 1, d))
         self.q_ = q
-        self._V0 = V
         self._stage_q = 1 if h["init"] == "grow" else q
         self._set_W(V[:, :self._stage_q])
         self._round = 0
-        self._prevU = None
+
+    def checkpoint(self) -> dict:
+        """W, σ, λ, q and the stage; the sample is redrawn from the seed and U recomputed from W
+        (both deterministic), so a resumed fit equals an uninterrupted one."""
+        return {"W": self.W_, "sigma": float(self.sigma_), "lambda_value": float(self.lambda_),
+                "q": int(self.q_), "stage_q": int(self._stage_q), "round": int(self._round),
+                "phi0_eigenvalues": self.phi0_eigenvalues_}
+
+    def restore(self, ctx, state: dict) -> None:
+        self._load_sample(ctx)
+        W = np.ascontiguousarray(state["W"], dtype=np.float64)
+        if W.ndim != 2 or W.shape[0] != self._X.shape[1]:
+            raise ParameterError(f"ISM checkpoint: W has shape {W.shape}, expected "
+                                 f"({self._X.shape[1]}, q)")
+        self.sigma_, self.lambda_ = float(state["sigma"]), float(state["lambda_value"])
+        self.q_, self._stage_q, self._round = int(state["q"]), int(state["stage_q"]), int(state["round"])
+        self.phi0_eigenvalues_ = np.asarray(state["phi0_eigenvalues"], dtype=np.float64)
+        self.W_ = W
+        self._ustep()
 
     def _set_W(self, W):
         """New subspace: choose σ for it, then the U-step there."""

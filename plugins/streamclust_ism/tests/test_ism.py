@@ -129,3 +129,26 @@ def test_string_given_labels_and_skipped_rows_stay_aligned():
     keep[5] = False
     assert m.info["rows_skipped"] == 1
     assert nmi(ya[keep], m.predict(X[keep])) >= 0.95
+
+
+def test_resume_from_a_checkpoint_equals_an_uninterrupted_fit(tmp_path):
+    """Stopped inside the first stage, at a stage boundary and in a later stage, then resumed:
+    the same history, subspace and labels as one uninterrupted fit."""
+    X, yg, ya = moons_and_gaussians(300, 1, seed=4)
+    t = _table(X, yg)
+    full = streamclust.fit(t, "ism", 2, given="given", progress=False)
+    stages = [h["q"] for h in full.history]
+    assert len(set(stages)) >= 2, "the case needs a grown subspace"
+    boundary = stages.index(stages[-1])  # first epoch of the last stage
+    work = str(tmp_path / "w")
+    for i, stop in enumerate(sorted({1, boundary, boundary + 1})):
+        part = streamclust.fit(t, "ism", 2, given="given", max_epochs=stop, work_dir=work,
+                               resume=i > 0, progress=False)
+        assert len(part.history) == stop
+    done = streamclust.fit(t, "ism", 2, given="given", work_dir=work, resume=True, progress=False)
+    assert done.info["resumed_from_epoch"] == max(1, boundary + 1)
+    assert [h["q"] for h in done.history] == stages
+    assert [h["objective"] for h in done.history] == \
+        pytest.approx([h["objective"] for h in full.history], rel=1e-9)
+    np.testing.assert_allclose(np.abs(done.algorithm_.W_), np.abs(full.algorithm_.W_), atol=1e-9)
+    np.testing.assert_array_equal(done.predict(X), full.predict(X))
