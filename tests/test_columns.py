@@ -47,3 +47,14 @@ def test_kmeans_matches_scikit_learn(blobs):
     ref = KMeans(4, n_init=5, random_state=0).fit(X)
     assert inertia == pytest.approx(ref.inertia_, rel=1e-6)
     assert inertia == pytest.approx(((X - C[labels]) ** 2).sum(), rel=1e-9)
+
+
+def test_kmeans_runs_lloyd_to_convergence_on_unstructured_data():
+    """No clusters to find: many Lloyd steps are needed, and a stop after the first step (a bug
+    once) leaves the inertia well above scikit-learn's."""
+    X = np.random.default_rng(0).normal(size=(600, 4))
+    C, labels, inertia = kmeans(X, 4, np.random.default_rng(0), n_init=10)
+    ref = KMeans(4, n_init=10, random_state=0).fit(X)
+    assert inertia <= ref.inertia_ * 1.005, (inertia, ref.inertia_)
+    moved = C[labels] - np.stack([X[labels == j].mean(0) for j in range(4)])[labels]
+    assert np.abs(moved).max() < 1e-9, "the centres are the means of their clusters (a fixed point)"

@@ -40,6 +40,7 @@ from streamclust.errors import DataError, ParameterError
 from streamclust.metrics import nmi
 from streamclust.summaries import kmeans
 
+from . import kernels as kn
 from . import spectral as sp
 
 TOL_W = 1e-4
@@ -123,9 +124,11 @@ class ISM(Algorithm):
                                 f"must label every row")
             self._given = g
             self._Yc = _onehot_centred(g)
+            self._codes, self._p = kn.codes_and_proportions(g)
         else:
             self._given = None
             self._Yc = np.zeros((n, 0))
+            self._codes, self._p = np.zeros(n, np.int64), np.ones(1)
         self._truth = np.asarray(ctx.column(h["truth"]))[ids] if h["truth"] else None
 
     def start(self, ctx):
@@ -194,13 +197,19 @@ class ISM(Algorithm):
             self._finish_labels()
             self._labels_stale = False
 
+    def _phi(self, Kt):
+        lam = self.lambda_ if self._given is not None else 0.0
+        n = len(Kt)
+        if getattr(self, "_G", None) is None or self._G.shape != (n, n):
+            self._G = np.empty((n, n))
+        return sp.phi_fused(self._X, Kt, self.U_, self._codes, self._p, lam, self._G)
+
     def _wstep(self):
         W, Kt = self.W_, self._Kt  # the U-step already built the kernel at the current W
         for it in range(self.hyper["inner_iterations"]):
             if it:
                 Kt, _ = sp.normalized(sp.gaussian_kernel(self._X @ W, self.sigma_))
-            _, Wn = sp.smallest_eigenvectors(sp.phi(self._X, sp.gamma(Kt, self.U_, self._Yc,
-                                                                      self.lambda_)), W.shape[1])
+            _, Wn = sp.smallest_eigenvectors(self._phi(Kt), W.shape[1])
             Wn = sp.align_signs(Wn, W)
             change = np.linalg.norm(Wn - W) / np.linalg.norm(W)
             W = Wn
@@ -209,8 +218,7 @@ class ISM(Algorithm):
         return W, it + 1
 
     def _grow(self):
-        Gm = sp.gamma(self._Kt, self.U_, self._Yc, self.lambda_)
-        _, V = np.linalg.eigh(sp.phi(self._X, Gm))
+        _, V = np.linalg.eigh(self._phi(self._Kt))
         P = V - self.W_ @ (self.W_.T @ V)
         norms = np.linalg.norm(P, axis=0)
         j = int(np.flatnonzero(norms > 0.5)[0])

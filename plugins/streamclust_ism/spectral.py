@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 from scipy.linalg import eigh
-from scipy.sparse.linalg import eigsh
+from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
+
+from . import kernels as kn
 
 LANCZOS_FROM = 400  # above this many rows the U-step uses Lanczos (eigsh) for the top c
 
@@ -27,10 +29,12 @@ def median_distance(P: np.ndarray) -> float:
     return float(np.sqrt(np.median(D[iu]))) if len(iu[0]) else 1.0
 
 
-def gaussian_kernel(P: np.ndarray, sigma: float) -> np.ndarray:
-    K = sqdist(P)
-    K *= -1.0 / (2.0 * sigma * sigma)
-    np.exp(K, out=K)
+def gaussian_kernel(P: np.ndarray, sigma: float, out: np.ndarray | None = None) -> np.ndarray:
+    """exp(−||p_i − p_j||² / 2σ²) of the rows of P (numba; ``out``: an n × n buffer to reuse)."""
+    P = np.ascontiguousarray(P, dtype=np.float64)
+    n = len(P)
+    K = np.empty((n, n)) if out is None else out
+    kn.kernel_degrees(P, 1.0 / (2.0 * sigma * sigma), K, np.empty(n))
     return K
 
 
@@ -46,17 +50,35 @@ def centre(M: np.ndarray) -> np.ndarray:
     return M - r[None, :] - r[:, None] + r.mean()
 
 
-def top_eigenvectors(M: np.ndarray, c: int):
-    """The ``c`` largest eigenpairs of a symmetric M, largest first, with a fixed sign
-    (the largest-magnitude entry of each vector is positive)."""
+def centred_operator(Kt: np.ndarray) -> LinearOperator:
+    """H K̃ H as an operator (v ↦ H K̃ H v, H v = v − mean v): never formed."""
+    n = len(Kt)
+
+    def mv(v):
+        v = np.asarray(v).reshape(n, -1)
+        y = Kt @ (v - v.mean(0))
+        return (y - y.mean(0)).reshape(-1) if y.shape[1] == 1 else y - y.mean(0)
+    return LinearOperator((n, n), matvec=mv, matmat=mv, dtype=np.float64)
+
+
+def top_eigenvectors(M: np.ndarray, c: int, centred: bool = False):
+    """The ``c`` largest eigenpairs of the symmetric M (``centred``: of H M H), largest first,
+    with a fixed sign (the largest-magnitude entry of each vector is positive).  Lanczos above
+    ``LANCZOS_FROM`` rows from a fixed start vector (deterministic), dense otherwise or when
+    Lanczos does not converge."""
     n = len(M)
+    w = None
     if n > LANCZOS_FROM and c < n // 10:
-        v0 = np.random.default_rng(0).standard_normal(n)  # fixed start: deterministic result
-        w, V = eigsh(M, k=c, which="LA", v0=v0)
-        order = np.argsort(w)[::-1]
-        w, V = w[order], V[:, order]
-    else:
-        w, V = eigh(M, subset_by_index=[n - c, n - 1])
+        v0 = np.random.default_rng(0).standard_normal(n)
+        try:
+            w, V = eigsh(centred_operator(M) if centred else M, k=c, which="LA", v0=v0,
+                         ncv=min(n, max(2 * c + 1, 20)), maxiter=100)
+            order = np.argsort(w)[::-1]
+            w, V = w[order], V[:, order]
+        except ArpackNoConvergence:  # clustered top eigenvalues (a very narrow kernel)
+            w = None
+    if w is None:
+        w, V = eigh(centre(M) if centred else M, subset_by_index=[n - c, n - 1])
         w, V = w[::-1], V[:, ::-1]
     return w, fix_signs(V)
 
@@ -71,7 +93,7 @@ def fix_signs(V: np.ndarray) -> np.ndarray:
 def u_step(K: np.ndarray, c: int):
     """U-step: ``(U, eigenvalues, K̃, dm)`` for the kernel K."""
     Kt, dm = normalized(K)
-    w, U = top_eigenvectors(centre(Kt), c)
+    w, U = top_eigenvectors(Kt, c, centred=True)
     return U, w, Kt, dm
 
 
@@ -89,6 +111,17 @@ def gamma(Kt, U: np.ndarray, Yc: np.ndarray, lam: float) -> np.ndarray:
         Psi -= lam * (Yc @ Yc.T)
     Psi *= Kt
     return Psi
+
+
+def phi_fused(X: np.ndarray, Kt: np.ndarray, U: np.ndarray, codes: np.ndarray, p: np.ndarray,
+              lam: float, G: np.ndarray | None = None) -> np.ndarray:
+    """``phi(X, gamma(Kt, U, Yc, lam))`` with Γ built by one numba pass from the given
+    clustering's codes and proportions ``p`` (no U Uᵀ, Yc Ycᵀ or Ψ); ``G``: an n × n buffer."""
+    n = len(X)
+    G = np.empty((n, n)) if G is None else G
+    rowsum = np.empty(n)
+    kn.gamma_rows(Kt, np.ascontiguousarray(U), codes, p, float(p @ p), float(lam), G, rowsum)
+    return X.T @ (rowsum[:, None] * X) - X.T @ (G @ X)
 
 
 def smallest_eigenvectors(M: np.ndarray, q: int):

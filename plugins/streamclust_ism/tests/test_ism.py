@@ -152,3 +152,37 @@ def test_resume_from_a_checkpoint_equals_an_uninterrupted_fit(tmp_path):
         pytest.approx([h["objective"] for h in full.history], rel=1e-9)
     np.testing.assert_allclose(np.abs(done.algorithm_.W_), np.abs(full.algorithm_.W_), atol=1e-9)
     np.testing.assert_array_equal(done.predict(X), full.predict(X))
+
+
+def test_u_step_falls_back_when_lanczos_does_not_converge(monkeypatch):
+    from scipy.sparse.linalg import ArpackNoConvergence
+
+    def fail(*a, **k):
+        raise ArpackNoConvergence("no convergence", np.zeros(0), np.zeros((0, 0)))
+    rng = np.random.default_rng(2)
+    K = sp.gaussian_kernel(rng.normal(size=(sp.LANCZOS_FROM + 10, 3)), 1.0)
+    U, w, _, _ = sp.u_step(K, 2)
+    monkeypatch.setattr(sp, "eigsh", fail)
+    U2, w2, _, _ = sp.u_step(K, 2)
+    np.testing.assert_allclose(w2, w, rtol=1e-8)
+    np.testing.assert_allclose(np.abs(U2.T @ U), np.eye(2), atol=1e-6)
+
+
+def test_fused_phi_equals_the_dense_formula():
+    """The numba Γ pass (codes and proportions instead of Yc Ycᵀ) against NumPy's Γ = K̃ ∘ Ψ."""
+    from streamclust_ism import kernels as kn
+    rng = np.random.default_rng(5)
+    n, d = 120, 5
+    X = rng.normal(size=(n, d))
+    K = sp.gaussian_kernel(X[:, :2], 0.8)
+    np.testing.assert_allclose(K, np.exp(-sp.sqdist(X[:, :2]) / (2 * 0.8 ** 2)), rtol=1e-12,
+                               atol=1e-14)
+    U, _, Kt, _ = sp.u_step(K, 3)
+    g = rng.integers(0, 4, n)
+    Yc = np.eye(4)[g]
+    Yc -= Yc.mean(0)
+    codes, p = kn.codes_and_proportions(g)
+    for lam in (0.0, 0.7):
+        dense = sp.phi(X, sp.gamma(Kt, U, Yc, lam))
+        np.testing.assert_allclose(sp.phi_fused(X, Kt, U, codes, p, lam), dense, rtol=1e-10,
+                                   atol=1e-12 * np.abs(dense).max())
