@@ -20,7 +20,7 @@ import numpy as np
 
 from .cache import FeatureCache, RowState
 from .errors import ParameterError
-from .executor import merge_sum
+from .executor import merge_sum, n_threads
 from .sources import Batch
 
 
@@ -77,14 +77,6 @@ def _pack(obj, mode="r"):
 
 def _unpack(obj):
     return _walk(obj, lambda x: x.open() if isinstance(x, _MemmapRef) else x)
-
-
-def _cores() -> int:
-    import os
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
 
 
 def _use_share(shares) -> None:
@@ -199,7 +191,7 @@ class DaskExecutor:
             if self.numba_threads:
                 self._shares = {a: int(self.numba_threads) for a in workers}
             else:
-                cores = self.client.run(_cores)
+                cores = self.client.run(n_threads, -1)
                 per_host = {}
                 for a, w in workers.items():
                     per_host[w.get("host")] = per_host.get(w.get("host"), 0) + int(w.get("nthreads", 1))

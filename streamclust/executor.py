@@ -2,9 +2,20 @@
 view and reduce the partials with ``merge``.  Steps are plain functions of their arguments."""
 from __future__ import annotations
 
+import os
 from typing import Callable
 
 import numpy as np
+
+
+def n_threads(threads: int = -1) -> int:
+    """``threads`` if positive, else the cores this process may run on."""
+    if threads and threads > 0:
+        return int(threads)
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
 
 
 def merge_sum(a, b):
@@ -32,18 +43,6 @@ class LocalExecutor:
     name = "local"
     #: False: the data and the work directory are only known to this process
     distributed = False
-
-    def parallelism(self) -> int:
-        return 1
-
-    def map(self, fn: Callable, items, *, sizes=None, progress: Callable[[int], None] | None = None):
-        """``[fn(*args) for args in items]``, in order (independent tasks: one shard, one range)."""
-        out = []
-        for i, args in enumerate(items):
-            out.append(fn(*args))
-            if progress is not None and sizes is not None:
-                progress(sizes[i])
-        return out
 
     def aggregate(self, step: Callable, data, params, *, state=(), merge: Callable = merge_sum,
                   batch_size: int = 65536, progress: Callable[[int], None] | None = None):

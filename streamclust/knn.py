@@ -33,8 +33,10 @@ import numpy as np
 
 from .cache import FeatureCache
 from .errors import DataError, ParameterError
-from .knn_tasks import (build_shard, build_shard_file, load_shard, merge_rows, merge_topk,
-                        query_range_file, query_shard, save_index, shard_path)
+from .executor import n_threads
+from .knn_tasks import (build_shard, build_shard_file, copy_old_rows, finish_rows, load_shard,
+                        merge_rows, merge_topk, query_range_file, query_shard, save_index,
+                        shard_path)
 from .sources import open_data
 
 KNN_DIR = "knn"
@@ -42,15 +44,6 @@ META = "knn.json"
 #: settings that must match for a graph to be reused or extended
 _KEY = ("n_features", "k", "M", "ef_construction", "ef", "shard_rows", "min_shard_rows", "seed",
         "threads")
-
-
-def n_threads(threads: int) -> int:
-    if threads and threads > 0:
-        return int(threads)
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
 
 
 def query_ef(ef: int, k: int) -> int:
@@ -178,12 +171,9 @@ def _build_local(cache, directory, settings, old, shards_old, ranges, ids, dist,
     only those shards are in memory."""
     n, k, dim, q_ef = cache.n_rows, settings["k"], settings["n_features"], settings["ef"]
     n_old = old["n_rows"] if old else 0
-    if old:  # start from the old graph (squared distances while merging)
+    if old:
         g = KNNGraph.load(directory)
-        for s in range(0, n_old, batch_size):
-            e = min(n_old, s + batch_size)
-            ids[s:e] = g.ids[s:e]
-            dist[s:e] = np.square(g.distances[s:e])
+        copy_old_rows(ids, dist, g.ids, g.distances, 0, n_old, batch_size)
         del g
         for j in range(len(shards_old)):  # the new rows against every old shard
             index = load_shard(shard_path(directory, j), dim)
@@ -200,9 +190,7 @@ def _build_local(cache, directory, settings, old, shards_old, ranges, ids, dist,
                 index.set_ef(q_ef)
                 merge_rows(index, cache.X, ids, dist, 0, n, k, nt, batch_size, progress)
             del built
-    for s in range(0, n, batch_size):
-        e = min(n, s + batch_size)
-        dist[s:e] = np.sqrt(np.maximum(dist[s:e], 0))
+    finish_rows(dist, 0, n, batch_size)
     ids.flush()
     dist.flush()
 

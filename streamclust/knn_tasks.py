@@ -7,6 +7,8 @@ import os
 
 import numpy as np
 
+from .errors import DataError
+
 
 def open_rows(source):
     """The feature cache's rows from ``(path, n_rows, n_features)``, memory-mapped read-only."""
@@ -46,7 +48,6 @@ def build_shard_file(source, start, stop, settings, batch_size, path) -> int:
 
 def load_shard(path: str, dim: int):
     import hnswlib
-    from .errors import DataError
     index = hnswlib.Index(space="l2", dim=int(dim))
     try:
         index.load_index(path)
@@ -85,6 +86,21 @@ def merge_rows(index, X, ids, dist, start, stop, k, threads, batch_size, progres
             progress(e - s)
 
 
+def copy_old_rows(ids, dist, old_ids, old_dist, start, stop, batch_size):
+    """Rows ``[start, stop)`` of the graph being extended as the starting lists (squared
+    distances while merging)."""
+    for s in range(start, stop, batch_size):
+        e = min(stop, s + batch_size)
+        ids[s:e], dist[s:e] = old_ids[s:e], np.square(old_dist[s:e])
+
+
+def finish_rows(dist, start, stop, batch_size):
+    """Squared distances of rows ``[start, stop)`` back to distances."""
+    for s in range(start, stop, batch_size):
+        e = min(stop, s + batch_size)
+        dist[s:e] = np.sqrt(np.maximum(dist[s:e], 0))
+
+
 def query_range_file(source, out, old, shards, start, stop, settings, batch_size, threads) -> int:
     """Task: the final graph rows ``[start, stop)``, written into the ``out`` (ids, distances)
     ``.npy`` files.  ``old``: ``(ids, distances, n_old)`` files of the graph being extended, or
@@ -95,20 +111,15 @@ def query_range_file(source, out, old, shards, start, stop, settings, batch_size
     X = open_rows(source)
     ids, dist = (np.load(p, mmap_mode="r+") for p in out)
     k, ef = settings["k"], settings["ef"]
-    if old is not None:  # start from the old graph (squared distances while merging)
+    if old is not None:
         o_ids, o_dist = (np.load(p, mmap_mode="r") for p in old[:2])
-        e_old = min(stop, old[2])
-        for s in range(start, e_old, batch_size):
-            e = min(e_old, s + batch_size)
-            ids[s:e], dist[s:e] = o_ids[s:e], np.square(o_dist[s:e])
+        copy_old_rows(ids, dist, o_ids, o_dist, start, min(stop, old[2]), batch_size)
     for path, first in shards:
         index = load_shard(path, settings["n_features"])
         index.set_ef(ef)
         merge_rows(index, X, ids, dist, max(start, first), stop, k, threads, batch_size)
         del index
-    for s in range(start, stop, batch_size):
-        e = min(stop, s + batch_size)
-        dist[s:e] = np.sqrt(np.maximum(dist[s:e], 0))
+    finish_rows(dist, start, stop, batch_size)
     ids.flush()
     dist.flush()
     return stop - start

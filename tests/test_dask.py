@@ -107,10 +107,9 @@ def test_graph_built_on_workers_equals_the_local_build_and_appends_alike(dask_ex
 def test_numba_threads_are_a_share_of_each_machine(dask_executor):
     shares = dask_executor.shares()
     workers = dask_executor.client.scheduler_info()["workers"]
-    cores = dask_executor.client.run(os.cpu_count)
     assert set(shares) == set(workers)
     for addr, share in shares.items():  # 2 single-threaded workers on this one machine
-        assert share == max(1, len(os.sched_getaffinity(0)) // 2), (share, cores[addr])
+        assert share == max(1, len(os.sched_getaffinity(0)) // 2), (addr, share)
     got = dask_executor.map(_numba_threads, [()] * 4)
     assert set(got) <= set(shares.values())
 

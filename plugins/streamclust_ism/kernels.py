@@ -55,13 +55,3 @@ def codes_and_proportions(given: np.ndarray):
     codes = codes.astype(np.int64)
     p = np.bincount(codes).astype(np.float64) / max(len(codes), 1)
     return codes, p
-
-
-def prepare():
-    """Compile (or load from the numba cache) before timing-sensitive use."""
-    P = np.zeros((2, 1))
-    K = np.empty((2, 2))
-    deg = np.empty(2)
-    kernel_degrees(P, 1.0, K, deg)
-    gamma_rows(K, np.zeros((2, 1)), np.zeros(2, np.int64), np.ones(1), 1.0, 0.0,
-               np.empty((2, 2)), np.empty(2))

@@ -29,11 +29,11 @@ def median_distance(P: np.ndarray) -> float:
     return float(np.sqrt(np.median(D[iu]))) if len(iu[0]) else 1.0
 
 
-def gaussian_kernel(P: np.ndarray, sigma: float, out: np.ndarray | None = None) -> np.ndarray:
-    """exp(−||p_i − p_j||² / 2σ²) of the rows of P (numba; ``out``: an n × n buffer to reuse)."""
+def gaussian_kernel(P: np.ndarray, sigma: float) -> np.ndarray:
+    """exp(−||p_i − p_j||² / 2σ²) of the rows of P (numba)."""
     P = np.ascontiguousarray(P, dtype=np.float64)
     n = len(P)
-    K = np.empty((n, n)) if out is None else out
+    K = np.empty((n, n))
     kn.kernel_degrees(P, 1.0 / (2.0 * sigma * sigma), K, np.empty(n))
     return K
 
