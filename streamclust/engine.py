@@ -13,7 +13,7 @@ from .cache import FeatureCache
 from .columns import check_columns
 from .context import Context
 from .errors import DataError, ParameterError
-from .executor import LocalExecutor
+from .executor import LocalExecutor, limit_blas
 from .model import Model
 from .plugins import PluginHost
 from .sources import open_data
@@ -64,7 +64,7 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int = 8, *, features=None, se
         batch_size: int = 65536, max_epochs: int = 100, work_dir: str | None = None,
         on_invalid: str = "error", progress: bool | None = None, host: PluginHost | None = None,
         executor=None, client=None, knn_options: dict | None = None, resume: bool = False,
-        **params) -> Model:
+        blas_threads: int | None = 1, **params) -> Model:
     """Fit ``algorithm`` with ``n_clusters`` clusters on ``data`` and return the :class:`Model`.
 
     ``data``: a Parquet file / directory / glob, an Arrow IPC file, a NumPy array or pyarrow data.
@@ -76,10 +76,13 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int = 8, *, features=None, se
     that need one (see :func:`streamclust.knn.build_graph`).  ``params`` are the algorithm's
     hyper-parameters.  With a ``work_dir``, a checkpoint is written there after every epoch
     (algorithms that support it) and ``resume=True`` continues from it; a work directory is used
-    by one run at a time.
+    by one run at a time.  ``blas_threads``: BLAS threads during the fit (default 1: numba
+    kernels own the cores; ``None`` leaves BLAS as it is).
     """
     _check_int("batch_size", batch_size, 1)
     _check_int("max_epochs", max_epochs, 1)
+    if blas_threads is not None:
+        _check_int("blas_threads", blas_threads, 1)
     host = host or PluginHost()
     cls = host.algorithm(algorithm)
     algo = cls(n_clusters, seed=seed, **params)
@@ -106,6 +109,8 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int = 8, *, features=None, se
     show = _progress_enabled(progress)
     lock = checkpoint.WorkDirLock(work_dir)
     lock.__enter__()
+    blas = limit_blas(blas_threads)
+    blas.__enter__()
     try:
         from tqdm.auto import tqdm
         t0 = time.perf_counter()
@@ -173,6 +178,7 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int = 8, *, features=None, se
         host.hook.streamclust_run_finished(run=run, model=model)
         return model
     finally:
+        blas.__exit__(None, None, None)
         lock.__exit__(None, None, None)
         if owned:
             shutil.rmtree(work_dir, ignore_errors=True)

@@ -12,7 +12,10 @@ nearest k-means centre.  The history reports the agreement of predict with the f
 Choices where the paper is silent (ALGORITHMS.md asks to record them):
 * One epoch is one outer round: an ISM W-step (≤ ``inner_iterations`` eigen-decompositions of Φ,
   stop when ‖W_new − W‖_F/‖W‖_F < 1e-4, eigenvector signs aligned) followed by the U-step at the
-  new W.  A stage stops when U and W both change < ``tol`` (or after ``max_rounds`` rounds).
+  new W.  The W-step is kept monotone in the objective with U fixed (a step that lowers it is
+  shortened along the chord, ½ then ¼, else the W-step ends), so every round ascends: the plain
+  iteration measurably cycles or descends (WebKB; moon_noise_200x7 reached NMI 0.43 with it and
+  1.00 with the monotone step, automatic settings).  A stage stops when U and W both change < ``tol`` (or after ``max_rounds`` rounds).
 * Automatic λ (``lambda_=0``): Tr(Uᵀ K̃ U) / Tr(Ycᵀ K̃ Yc) at W = I (the ratio of the two trace
   terms, as the authors' ``balance_lambda``).
 * Automatic q (``q=0``): from the eigenvalues of Φ₀ (the Taylor initialisation at W = 0): the
@@ -197,25 +200,50 @@ class ISM(Algorithm):
             self._finish_labels()
             self._labels_stale = False
 
-    def _phi(self, Kt):
+    def _gamma(self, Kt):
+        """``(Γ, Γ1, f)`` at the kernel ``Kt`` with the current U (f: the objective, U fixed)."""
         lam = self.lambda_ if self._given is not None else 0.0
         n = len(Kt)
         if getattr(self, "_G", None) is None or self._G.shape != (n, n):
             self._G = np.empty((n, n))
-        return sp.phi_fused(self._X, Kt, self.U_, self._codes, self._p, lam, self._G)
+        return sp.gamma_fused(Kt, self.U_, self._codes, self._p, lam, self._G)
+
+    def _phi(self, Kt):
+        G, rowsum, _ = self._gamma(Kt)
+        return sp.phi_from_gamma(self._X, G, rowsum)
+
+    def _kernel(self, W):
+        return sp.normalized(sp.gaussian_kernel(self._X @ W, self.sigma_))[0]
 
     def _wstep(self):
+        """ISM iterations W ← the q smallest eigenvectors of Φ(W), U fixed, kept monotone: a step
+        that lowers the objective f(W) = Tr(Uᵀ K̃_W U) − λ Tr(Ycᵀ K̃_W Yc) is shortened along the
+        chord (½, ¼; re-orthonormalised), and the W-step ends when no step improves f.  (The plain
+        iteration can cycle between two subspaces: measured on WebKB, where the labels then
+        depend on the parity of the last inner iteration.)"""
         W, Kt = self.W_, self._Kt  # the U-step already built the kernel at the current W
+        G, rowsum, f = self._gamma(Kt)
+        q = W.shape[1]
+        done = 0
         for it in range(self.hyper["inner_iterations"]):
-            if it:
-                Kt, _ = sp.normalized(sp.gaussian_kernel(self._X @ W, self.sigma_))
-            _, Wn = sp.smallest_eigenvectors(self._phi(Kt), W.shape[1])
+            _, Wn = sp.smallest_eigenvectors(sp.phi_from_gamma(self._X, G, rowsum), q)
             Wn = sp.align_signs(Wn, W)
-            change = np.linalg.norm(Wn - W) / np.linalg.norm(W)
-            W = Wn
+            step = None
+            for t in (1.0, 0.5, 0.25):
+                Wt = Wn if t == 1.0 else sp.orthonormal_like(W + t * (Wn - W), W)
+                Kt_t = self._kernel(Wt)
+                G, rowsum, f_t = self._gamma(Kt_t)
+                if f_t >= f - 1e-12 * abs(f):
+                    step = Wt
+                    break
+            if step is None:
+                break
+            done = it + 1
+            change = np.linalg.norm(step - W) / np.linalg.norm(W)
+            W, Kt, f = step, Kt_t, f_t
             if change < TOL_W:
                 break
-        return W, it + 1
+        return W, done
 
     def _grow(self):
         _, V = np.linalg.eigh(self._phi(self._Kt))

@@ -103,15 +103,34 @@ def gamma(Kt, U: np.ndarray, Yc: np.ndarray, lam: float) -> np.ndarray:
     return Psi
 
 
-def phi_fused(X: np.ndarray, Kt: np.ndarray, U: np.ndarray, codes: np.ndarray, p: np.ndarray,
-              lam: float, G: np.ndarray | None = None) -> np.ndarray:
-    """``phi(X, gamma(Kt, U, Yc, lam))`` with Γ built by one numba pass from the given
-    clustering's codes and proportions ``p`` (no U Uᵀ, Yc Ycᵀ or Ψ); ``G``: an n × n buffer."""
-    n = len(X)
+def gamma_fused(Kt: np.ndarray, U: np.ndarray, codes: np.ndarray, p: np.ndarray, lam: float,
+                G: np.ndarray | None = None):
+    """``(Γ, Γ1, f)``: Γ = ``gamma(Kt, U, Yc, lam)`` built by one numba pass from the given
+    clustering's codes and proportions ``p`` (no U Uᵀ, Yc Ycᵀ or Ψ), its row sums, and
+    f = Σ Γ = Tr(Uᵀ K̃ U) − λ Tr(Ycᵀ K̃ Yc), the objective at this kernel with U fixed.
+    ``G``: an n × n buffer."""
+    n = len(Kt)
     G = np.empty((n, n)) if G is None else G
     rowsum = np.empty(n)
     kn.gamma_rows(Kt, np.ascontiguousarray(U), codes, p, float(p @ p), float(lam), G, rowsum)
+    return G, rowsum, float(rowsum.sum())
+
+
+def phi_from_gamma(X: np.ndarray, G: np.ndarray, rowsum: np.ndarray) -> np.ndarray:
+    """Φ = Xᵀ (diag(Γ1) − Γ) X from Γ and its row sums."""
     return X.T @ (rowsum[:, None] * X) - X.T @ (G @ X)
+
+
+def phi_fused(X, Kt, U, codes, p, lam, G=None):
+    """``(Φ, f)`` for the kernel ``Kt`` (see :func:`gamma_fused`)."""
+    G, rowsum, f = gamma_fused(Kt, U, codes, p, lam, G)
+    return phi_from_gamma(X, G, rowsum), f
+
+
+def orthonormal_like(M: np.ndarray, W: np.ndarray) -> np.ndarray:
+    """An orthonormal basis of the columns of ``M`` (thin QR), signs aligned with ``W``."""
+    Q, _ = np.linalg.qr(M)
+    return align_signs(Q, W)
 
 
 def smallest_eigenvectors(M: np.ndarray, q: int):

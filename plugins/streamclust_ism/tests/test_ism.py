@@ -183,6 +183,11 @@ def test_fused_phi_equals_the_dense_formula():
     Yc -= Yc.mean(0)
     codes, p = kn.codes_and_proportions(g)
     for lam in (0.0, 0.7):
-        dense = sp.phi(X, sp.gamma(Kt, U, Yc, lam))
-        np.testing.assert_allclose(sp.phi_fused(X, Kt, U, codes, p, lam), dense, rtol=1e-10,
-                                   atol=1e-12 * np.abs(dense).max())
+        G = sp.gamma(Kt, U, Yc, lam)
+        dense = sp.phi(X, G)
+        fused, f = sp.phi_fused(X, Kt, U, codes, p, lam)
+        np.testing.assert_allclose(fused, dense, rtol=1e-10, atol=1e-12 * np.abs(dense).max())
+        # f is the objective with U fixed: Tr(Uᵀ K̃ U) − λ Tr(Ycᵀ K̃ Yc)
+        cq, aq = sp.objective(Kt, U, Yc, lam)
+        assert f == pytest.approx(cq - lam * aq, rel=1e-10, abs=1e-12)
+        assert f == pytest.approx(G.sum(), rel=1e-10, abs=1e-12)
