@@ -11,19 +11,79 @@ import numpy as np
 
 @nb.njit(parallel=True, cache=True)
 def kernel_degrees(P, inv2s2, K, deg):
-    """``K[i, j] = exp(-||P_i − P_j||² · inv2s2)`` and ``deg[i] = Σ_j K[i, j]``."""
+    """``K[i, j] = exp(-||P_i − P_j||² · inv2s2)`` and ``deg[i] = Σ_j K[i, j]``.  Each pair is
+    computed once (rows i and n−1−i go to the same task, so the tasks are balanced) and mirrored;
+    the degrees are summed row by row afterwards in a fixed order."""
     n, q = P.shape
+    for r in nb.prange((n + 1) // 2):
+        r0 = np.int64(r)
+        for k in range(2):
+            i = r0 if k == 0 else n - 1 - r0
+            if k == 1 and i == r0:
+                continue
+            for j in range(i):
+                d = 0.0
+                for t in range(q):
+                    x = P[i, t] - P[j, t]
+                    d += x * x
+                v = math.exp(-d * inv2s2)
+                K[i, j] = v
+                K[j, i] = v
+            K[i, i] = 1.0
     for i in nb.prange(n):
         s = 0.0
         for j in range(n):
+            s += K[i, j]
+        deg[i] = s
+
+
+@nb.njit(parallel=True, cache=True)
+def pair_sqdist(P, out):
+    """``out`` (length n(n−1)/2) ← the squared distances of the pairs i > j, row by row."""
+    n, q = P.shape
+    for i in nb.prange(1, n):
+        base = i * (i - 1) // 2
+        for j in range(i):
             d = 0.0
             for t in range(q):
                 x = P[i, t] - P[j, t]
                 d += x * x
-            v = math.exp(-d * inv2s2)
-            K[i, j] = v
-            s += v
-        deg[i] = s
+            out[base + j] = d
+
+
+@nb.njit(parallel=True, cache=True)
+def scale_both(K, dm):
+    """``K[i, j] *= dm[i] · dm[j]`` in place (K̃ = D^{-1/2} K D^{-1/2})."""
+    n = K.shape[0]
+    for i in nb.prange(n):
+        di = dm[i]
+        for j in range(n):
+            K[i, j] *= di * dm[j]
+
+
+@nb.njit(parallel=True, cache=True, fastmath=True)
+def matvec(M, x, y, centred):
+    """``y = M x``, or with ``centred`` ``y = H M H x`` for a symmetric M (H = I − 11ᵀ/n) without
+    forming H M H.  Each row's sum has a fixed order, so the result does not depend on the thread
+    count."""
+    n = M.shape[0]
+    xm = 0.0
+    if centred:
+        for j in range(n):
+            xm += x[j]
+        xm /= n
+    for i in nb.prange(n):
+        s = 0.0
+        for j in range(n):
+            s += M[i, j] * (x[j] - xm)
+        y[i] = s
+    if centred:
+        ym = 0.0
+        for i in range(n):
+            ym += y[i]
+        ym /= n
+        for i in range(n):
+            y[i] -= ym
 
 
 @nb.njit(parallel=True, cache=True)

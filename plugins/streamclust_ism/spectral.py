@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 from scipy.linalg import eigh
-from scipy.sparse.linalg import ArpackNoConvergence, eigsh
+from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
 
 from . import kernels as kn
 
-LANCZOS_FROM = 400  # above this many rows the U-step uses Lanczos (eigsh) for the top c
+LANCZOS_FROM = 100  # above this many rows the U-step uses Lanczos (eigsh) for the top c
+EIG_TOL = 1e-8  # Lanczos relative accuracy of the eigenvalues (U changes are judged at 1e-3)
 
 
 def sqdist(P: np.ndarray, Q: np.ndarray | None = None) -> np.ndarray:
@@ -24,9 +25,12 @@ def sqdist(P: np.ndarray, Q: np.ndarray | None = None) -> np.ndarray:
 
 def median_distance(P: np.ndarray) -> float:
     """Median distance over the pairs i < j."""
-    D = sqdist(P)
-    iu = np.triu_indices(len(P), 1)
-    return float(np.sqrt(np.median(D[iu]))) if len(iu[0]) else 1.0
+    n = len(P)
+    if n < 2:
+        return 1.0
+    d2 = np.empty(n * (n - 1) // 2)
+    kn.pair_sqdist(np.ascontiguousarray(P, dtype=np.float64), d2)
+    return float(np.sqrt(np.median(d2)))
 
 
 def gaussian_kernel(P: np.ndarray, sigma: float) -> np.ndarray:
@@ -36,6 +40,17 @@ def gaussian_kernel(P: np.ndarray, sigma: float) -> np.ndarray:
     K = np.empty((n, n))
     kn.kernel_degrees(P, 1.0 / (2.0 * sigma * sigma), K, np.empty(n))
     return K
+
+
+def normalized_kernel(P: np.ndarray, sigma: float):
+    """``(K̃, dm)`` for the Gaussian kernel of the rows of P, built and normalised in place."""
+    P = np.ascontiguousarray(P, dtype=np.float64)
+    n = len(P)
+    K, deg = np.empty((n, n)), np.empty(n)
+    kn.kernel_degrees(P, 1.0 / (2.0 * sigma * sigma), K, deg)
+    dm = 1.0 / np.sqrt(deg)
+    kn.scale_both(K, dm)
+    return K, dm
 
 
 def normalized(K: np.ndarray):
@@ -50,25 +65,35 @@ def centre(M: np.ndarray) -> np.ndarray:
     return M - r[None, :] - r[:, None] + r.mean()
 
 
-def top_eigenvectors(M: np.ndarray, c: int, centred: bool = False):
+def top_eigenvectors(M: np.ndarray, c: int, centred: bool = False, start=None):
     """The ``c`` largest eigenpairs of the symmetric M (``centred``: of H M H), largest first,
     with a fixed sign (the largest-magnitude entry of each vector is positive).  Lanczos above
     ``LANCZOS_FROM`` rows from a fixed start vector (deterministic), dense otherwise or when
-    Lanczos does not converge within a bounded number of restarts."""
+    Lanczos does not converge within a bounded number of restarts.  ``start``: an n × c guess
+    of the eigenvectors (the previous U), whose sum starts the Lanczos run."""
     n = len(M)
     w = None
-    M = centre(M) if centred else M  # dense: faster than an operator here (measured)
     if n > LANCZOS_FROM and c < n // 10:
         v0 = np.random.default_rng(0).standard_normal(n)
+        if start is not None:  # mostly the previous eigenvectors, a little of every direction
+            v0 = start.sum(1) + 1e-3 * v0 / np.sqrt(n)
+        Mc = np.ascontiguousarray(M, dtype=np.float64)
+
+        def mv(x):  # numba, parallel over rows: 2× a single-threaded BLAS gemv (measured)
+            y = np.empty(n)
+            kn.matvec(Mc, np.ascontiguousarray(x, dtype=np.float64).ravel(), y, centred)
+            return y
+
+        op = LinearOperator((n, n), matvec=mv, dtype=np.float64)
         try:
-            w, V = eigsh(M, k=c, which="LA", v0=v0,
+            w, V = eigsh(op, k=c, which="LA", v0=v0, tol=EIG_TOL,
                          ncv=min(n, max(2 * c + 1, 20)), maxiter=100)
             order = np.argsort(w)[::-1]
             w, V = w[order], V[:, order]
         except ArpackNoConvergence:  # clustered top eigenvalues (a very narrow kernel)
             w = None
     if w is None:
-        w, V = eigh(M, subset_by_index=[n - c, n - 1])
+        w, V = eigh(centre(M) if centred else M, subset_by_index=[n - c, n - 1])
         w, V = w[::-1], V[:, ::-1]
     return w, fix_signs(V)
 
@@ -85,6 +110,12 @@ def u_step(K: np.ndarray, c: int):
     Kt, dm = normalized(K)
     w, U = top_eigenvectors(Kt, c, centred=True)
     return U, w, Kt, dm
+
+
+def embedding(Kt: np.ndarray, c: int, start=None):
+    """U-step on a normalised kernel: ``(U, eigenvalues)``, the top c of H K̃ H."""
+    w, U = top_eigenvectors(Kt, c, centred=True, start=start)
+    return U, w
 
 
 def phi(X: np.ndarray, Gamma: np.ndarray) -> np.ndarray:
