@@ -99,13 +99,16 @@ class ISM(Algorithm):
         "max_rounds": Param(20, int, "U/W rounds per stage", (_pos, "must be >= 1")),
         "tol": Param(1e-3, float, "stop when U and W change less than this", (_pos, "must be > 0")),
         "standardize": Param(True, bool, "scale every feature to unit variance (after centring)"),
+        "normalize": Param(False, bool, "scale every row to unit length first (count data such "
+                           "as word counts); predict applies it too"),
         "n_init": Param(10, int, "k-means starts for the final labels", (_pos, "must be >= 1")),
     }
     contract_params = {"init": "spectral", "max_rounds": 5}
 
     def requirements(self):
         cols = tuple(c for c in (self.hyper["given"], self.hyper["truth"]) if c)
-        return Requirements(sample=self.hyper["sample_size"], columns=cols)
+        return Requirements(sample=self.hyper["sample_size"], columns=cols,
+                            transform="l2" if self.hyper["normalize"] else "")
 
     # -- fitting ----------------------------------------------------------------------------
     def _load_sample(self, ctx):

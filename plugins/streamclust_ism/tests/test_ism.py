@@ -191,3 +191,60 @@ def test_fused_phi_equals_the_dense_formula():
         cq, aq = sp.objective(Kt, U, Yc, lam)
         assert f == pytest.approx(cq - lam * aq, rel=1e-10, abs=1e-12)
         assert f == pytest.approx(G.sum(), rel=1e-10, abs=1e-12)
+
+
+@pytest.mark.parametrize("n", [1, 2, 37, 120])
+def test_kernel_and_median_against_numpy(n):
+    """The symmetric numba kernel pass (rows i and n−1−i together) and the pair median."""
+    P = np.random.default_rng(n).normal(size=(n, 3))
+    D2 = sp.sqdist(P)
+    K, dm = sp.normalized_kernel(P, 0.9)
+    E = np.exp(-D2 / (2 * 0.9 ** 2))
+    deg = E.sum(1)
+    np.testing.assert_allclose(K, E / np.sqrt(np.outer(deg, deg)), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(dm, 1 / np.sqrt(deg), rtol=1e-12)
+    if n > 1:
+        iu = np.triu_indices(n, 1)
+        assert sp.median_distance(P) == pytest.approx(np.sqrt(np.median(D2[iu])), rel=1e-12)
+
+
+def test_warm_started_lanczos_finds_the_same_eigenvectors():
+    rng = np.random.default_rng(7)
+    Kt, _ = sp.normalized_kernel(rng.normal(size=(sp.LANCZOS_FROM + 80, 3)), 0.8)
+    U, w = sp.embedding(Kt, 3)
+    Kt2, _ = sp.normalized_kernel(rng.normal(size=(sp.LANCZOS_FROM + 80, 3)), 0.8)
+    w_ref, V_ref = np.linalg.eigh(sp.centre(Kt2))
+    U2, w2 = sp.embedding(Kt2, 3, start=U)  # a start from another matrix: only a guess
+    np.testing.assert_allclose(w2, w_ref[::-1][:3], rtol=1e-7)
+    np.testing.assert_allclose(np.abs(U2.T @ V_ref[:, ::-1][:, :3]), np.eye(3), atol=1e-5)
+
+
+def test_w_step_never_lowers_the_objective():
+    """On WebKB (raw counts, q=4, σ = 2 × median, λ = 0.5) the plain ISM step from the Taylor start
+    lowers the objective with U fixed (measured 0.257 → 0.018); the plugin's W-step must not."""
+    X, yg, ya = _ism_set("webkb_1041x139")
+    Z = X - X.mean(0)
+    sigma = 2 * float(np.sqrt(np.median(sp.sqdist(Z)[np.triu_indices(len(Z), 1)])))
+    m = streamclust.fit(_table(X, yg), "ism", 4, given="given", init="spectral", q=4,
+                        sigma=sigma, lambda_=0.5, standardize=False, max_epochs=1,
+                        progress=False)
+    a = m.algorithm_  # at the Taylor start W₀ with U(W₀): no step was accepted
+    f0 = a._gamma(a._Kt)[2]
+    _, Wn = sp.smallest_eigenvectors(a._phi(a._Kt), 4)
+    plain = a._gamma(sp.normalized_kernel(a._X @ Wn, sigma)[0])[2]
+    assert plain < f0 - 0.1  # the plain ISM step descends here
+    W, _ = a._wstep()
+    f1 = a._gamma(sp.normalized_kernel(a._X @ W, sigma)[0])[2]
+    assert f1 >= f0 - 1e-12 * abs(f0)
+    assert m.history[0]["W_change"] < 1e-12 or m.history[0]["objective"] <= -f0
+
+
+def test_normalize_makes_the_fit_and_predict_scale_free():
+    X, yg, ya = moons_and_gaussians(400, 1, seed=5)
+    X = X - X.min(0) + 1.0  # positive, like counts
+    scale = np.random.default_rng(0).uniform(0.5, 20, size=(len(X), 1))
+    m = streamclust.fit(_table(X, yg), "ism", 2, given="given", normalize=True, progress=False)
+    m2 = streamclust.fit(_table(X * scale, yg), "ism", 2, given="given", normalize=True,
+                         progress=False)
+    np.testing.assert_array_equal(m.predict(X * scale[::-1]), m2.predict(X * scale[::-1]))
+    np.testing.assert_array_equal(m.predict(X), m.predict(X * scale))
