@@ -15,7 +15,8 @@ Choices where the paper is silent (ALGORITHMS.md asks to record them):
   new W.  The W-step is kept monotone in the objective with U fixed (a step that lowers it is
   shortened along the chord, ½ then ¼, else the W-step ends), so every round ascends: the plain
   iteration measurably cycles or descends (WebKB; moon_noise_200x7 reached NMI 0.43 with it and
-  1.00 with the monotone step, automatic settings).  A stage stops when U and W both change < ``tol`` (or after ``max_rounds`` rounds).
+  1.00 with the monotone step, automatic settings).  A stage stops when U and W both change
+  < ``tol`` (or after ``max_rounds`` rounds).
 * Automatic λ (``lambda_=0``): Tr(Uᵀ K̃ U) / Tr(Ycᵀ K̃ Yc) at W = I (the ratio of the two trace
   terms, as the authors' ``balance_lambda``).
 * Automatic q (``q=0``): from the eigenvalues of Φ₀ (the Taylor initialisation at W = 0): the
@@ -147,8 +148,8 @@ class ISM(Algorithm):
         n, d = self._X.shape
         # spectral embedding of the data (W = I) and the automatic λ
         sigma0 = sp.median_distance(self._X) if not h["sigma"] else h["sigma"]
-        K = sp.gaussian_kernel(self._X, sigma0)
-        U, _, Kt, _ = sp.u_step(K, c)
+        Kt, _ = sp.normalized_kernel(self._X, sigma0)
+        U, _ = sp.embedding(Kt, c)
         cq, aq = sp.objective(Kt, U, self._Yc, 1.0)
         if h["lambda_"]:
             self.lambda_ = h["lambda_"]
@@ -173,8 +174,8 @@ class ISM(Algorithm):
     def checkpoint(self) -> dict:
         """W, U, σ, λ, q and the stage; the sample is redrawn from the seed and the kernel
         recomputed from W (both deterministic), so a resumed fit equals an uninterrupted one."""
-        return {"W": self.W_, "U": self.U_, "eigenvalues": self.eigenvalues_, "sigma": float(self.sigma_), "lambda_value": float(self.lambda_),
-                "q": int(self.q_), "stage_q": int(self._stage_q), "round": int(self._round),
+        return {"W": self.W_, "U": self.U_, "eigenvalues": self.eigenvalues_,
+                "sigma": float(self.sigma_), "lambda_value": float(self.lambda_), "q": int(self.q_), "stage_q": int(self._stage_q), "round": int(self._round),
                 "last_objective": np.array([self._last_obj]),
                 "phi0_eigenvalues": self.phi0_eigenvalues_}
 

@@ -33,15 +33,6 @@ def median_distance(P: np.ndarray) -> float:
     return float(np.sqrt(np.median(d2)))
 
 
-def gaussian_kernel(P: np.ndarray, sigma: float) -> np.ndarray:
-    """exp(−||p_i − p_j||² / 2σ²) of the rows of P (numba)."""
-    P = np.ascontiguousarray(P, dtype=np.float64)
-    n = len(P)
-    K = np.empty((n, n))
-    kn.kernel_degrees(P, 1.0 / (2.0 * sigma * sigma), K, np.empty(n))
-    return K
-
-
 def normalized_kernel(P: np.ndarray, sigma: float):
     """``(K̃, dm)`` for the Gaussian kernel of the rows of P, built and normalised in place."""
     P = np.ascontiguousarray(P, dtype=np.float64)
@@ -51,12 +42,6 @@ def normalized_kernel(P: np.ndarray, sigma: float):
     dm = 1.0 / np.sqrt(deg)
     kn.scale_both(K, dm)
     return K, dm
-
-
-def normalized(K: np.ndarray):
-    """``(K̃ = dm K dm, dm)`` with dm = 1/sqrt(row sums)."""
-    dm = 1.0 / np.sqrt(K.sum(1))
-    return (dm[:, None] * K) * dm[None, :], dm
 
 
 def centre(M: np.ndarray) -> np.ndarray:
@@ -105,13 +90,6 @@ def fix_signs(V: np.ndarray) -> np.ndarray:
     return V * s
 
 
-def u_step(K: np.ndarray, c: int):
-    """U-step: ``(U, eigenvalues, K̃, dm)`` for the kernel K."""
-    Kt, dm = normalized(K)
-    w, U = top_eigenvectors(Kt, c, centred=True)
-    return U, w, Kt, dm
-
-
 def embedding(Kt: np.ndarray, c: int, start=None):
     """U-step on a normalised kernel: ``(U, eigenvalues)``, the top c of H K̃ H."""
     w, U = top_eigenvectors(Kt, c, centred=True, start=start)
@@ -150,12 +128,6 @@ def gamma_fused(Kt: np.ndarray, U: np.ndarray, codes: np.ndarray, p: np.ndarray,
 def phi_from_gamma(X: np.ndarray, G: np.ndarray, rowsum: np.ndarray) -> np.ndarray:
     """Φ = Xᵀ (diag(Γ1) − Γ) X from Γ and its row sums."""
     return X.T @ (rowsum[:, None] * X) - X.T @ (G @ X)
-
-
-def phi_fused(X, Kt, U, codes, p, lam, G=None):
-    """``(Φ, f)`` for the kernel ``Kt`` (see :func:`gamma_fused`)."""
-    G, rowsum, f = gamma_fused(Kt, U, codes, p, lam, G)
-    return phi_from_gamma(X, G, rowsum), f
 
 
 def orthonormal_like(M: np.ndarray, W: np.ndarray) -> np.ndarray:
