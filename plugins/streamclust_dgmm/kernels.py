@@ -81,15 +81,13 @@ def _row(i, t, X, w, K, prm, sim, cfg, acc, cand, dist, e):
     H, R = cfg.H, cfg.R
     s = rng_init(cfg.seed, cfg.epoch, cfg.row_start + i)
     nc = 0
-    if K[i, 0] < 0:
-        for _ in range(H):
-            s, c = _draw_uniform(s, M, cand, nc)
-            cand[nc] = c
-            nc += 1
-    else:
-        for h in range(H):
-            cand[nc] = K[i, h]
-            nc += 1
+    while nc < H and K[i, nc] >= 0:  # K(n) so far (-1: free slot, filled uniformly)
+        cand[nc] = K[i, nc]
+        nc += 1
+    while nc < H:
+        s, c = _draw_uniform(s, M, cand, nc)
+        cand[nc] = c
+        nc += 1
     cbar = cand[0]
     for _ in range(R):
         s, c = _draw_from_row(s, sim, cbar, cand, nc)

@@ -1,7 +1,7 @@
 """Summaries built by passes over the data: coresets, importance samples, seeding."""
 from .coreset import WeightedSample, importance_sample, lightweight_coreset
 from .lloyd import kmeans
-from .seeding import afkmc2, afkmc2_stream, auto_trials, kmeanspp
+from .seeding import afkmc2, afkmc2_stream, afkmc2_trials, auto_trials, kmeanspp
 
 __all__ = ["WeightedSample", "importance_sample", "lightweight_coreset", "afkmc2",
-           "afkmc2_stream", "auto_trials", "kmeans", "kmeanspp"]
+           "afkmc2_stream", "afkmc2_trials", "auto_trials", "kmeans", "kmeanspp"]

@@ -3,7 +3,7 @@ import numba as nb
 import numpy as np
 
 
-@nb.njit(cache=True, inline="always")
+@nb.njit(cache=True, fastmath=True, inline="always")
 def _sqdist(x, c):
     s = 0.0
     for j in range(x.shape[0]):
@@ -65,51 +65,70 @@ def afkmc2_chains(C, cand, cand_q, cand_w, m, uniforms):
     return evals
 
 
-@nb.njit(cache=True)
-def greedy_afkmc2(C, pool, mind, target_w, prop_q, pot_w, cand, uniforms, m, trials):
-    """AFK-MC2 with greedy trials: for every new centre run ``trials`` chains of length ``m``
-    over the pool and keep the end point that lowers the potential ``Σ pot_w · mind`` most.
+@nb.njit(cache=True, parallel=True)
+def greedy_afkmc2(C, cand, cand_q, cand_w, cand_row, pool, pot_w, mind, near, uniforms, m, trials):
+    """AFK-MC2 with greedy trials: for every new centre run ``trials`` Metropolis chains of length
+    ``m`` over pre-drawn candidates and keep the end point that lowers the potential
+    ``Σ pot_w · mind`` over the pool most (``trials = 1``: the plain chain, no potential).
 
-    ``C[0]`` is set; ``mind`` holds every pool row's squared distance to ``C[0]`` and is kept up to
-    date; ``cand`` (``(k-1) · trials · m`` pool indices) are i.i.d. proposal draws.  The chain
-    target is ``∝ target_w · mind``.  Returns the number of distance evaluations.
+    ``C[0]`` is set; ``mind`` holds every pool row's squared distance to ``C[0]`` and ``near`` its
+    nearest centre (0); both are kept up to date.  ``cand`` holds ``(k-1) · trials · m`` i.i.d.
+    proposal draws (rows), ``cand_q`` their proposal probabilities, ``cand_w`` their target
+    weights (the chain target is ``∝ cand_w · d(x, C)²``) and ``cand_row`` the pool row each one
+    is (its distance is then read from ``mind``) or -1 (computed against the centres so far).
+    The trials of one centre run in parallel, each summing its potential serially, so the result
+    does not depend on the thread count.  Returns the number of distance evaluations.
     """
     k, n = C.shape[0], pool.shape[0]
-    evals = 0
-    newd = np.empty(n)
-    bestd = np.empty(n)
+    newd = np.empty((trials, n))
+    ends = np.empty(trials, np.int64)
+    pots = np.empty(trials)
+    counts = np.zeros(trials, np.int64)
     for i in range(1, k):
-        best_pot = np.inf
-        best = -1
-        for l in range(trials):
+        for l in nb.prange(trials):
             base = ((i - 1) * trials + l) * m
-            x = cand[base]
-            for t in range(1, m):
-                y = cand[base + t]
-                num = target_w[y] * mind[y] * prop_q[x]
-                den = target_w[x] * mind[x] * prop_q[y]
-                if den <= 0.0 or num > uniforms[base + t] * den:
-                    x = y
-            if trials == 1:
-                best = x
-                break
-            pot = 0.0
-            for r in range(n):
-                d = _sqdist(pool[r], pool[x].astype(np.float64))
-                newd[r] = min(d, mind[r])
-                pot += pot_w[r] * newd[r]
-            evals += n
-            if pot < best_pot:
-                best_pot, best = pot, x
-                bestd[:] = newd
+            x, dx = -1, 0.0
+            for t in range(m):
+                y = base + t
+                if cand_row[y] >= 0:
+                    dy = mind[cand_row[y]]
+                else:
+                    dy = np.inf
+                    for c in range(i):
+                        dy = min(dy, _sqdist(cand[y], C[c]))
+                    counts[l] += i
+                if x < 0:
+                    x, dx = y, dy
+                elif cand_w[x] * dx * cand_q[y] <= 0.0 or \
+                        cand_w[y] * dy * cand_q[x] > uniforms[y] * cand_w[x] * dx * cand_q[y]:
+                    x, dx = y, dy
+            ends[l] = x
+            if trials > 1:
+                cx = cand[x].astype(np.float64)
+                pot = 0.0
+                for r in range(n):
+                    d = min(_sqdist(pool[r], cx), mind[r])
+                    newd[l, r] = d
+                    pot += pot_w[r] * d
+                pots[l] = pot
+                counts[l] += n
+        best = 0
+        for l in range(1, trials):
+            if pots[l] < pots[best]:
+                best = l
         for j in range(C.shape[1]):
-            C[i, j] = pool[best, j]
+            C[i, j] = cand[ends[best], j]
         if trials == 1:
-            for r in range(n):
-                d = _sqdist(pool[r], C[i])
+            cx = C[i].copy()
+            for r in nb.prange(n):
+                d = _sqdist(pool[r], cx)
                 if d < mind[r]:
                     mind[r] = d
-            evals += n
+                    near[r] = i
+            counts[0] += n
         else:
-            mind[:] = bestd
-    return evals
+            for r in range(n):
+                if newd[best, r] < mind[r]:
+                    mind[r] = newd[best, r]
+                    near[r] = i
+    return counts.sum()
