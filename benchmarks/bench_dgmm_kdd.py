@@ -68,8 +68,9 @@ def main():
         speedups.append(ev_k / ev_d)
         ratios.append(t_k / t_d)
         ratios_seeded.append((t_k + t_seed) / t_d)
-        rows.append([seed, f"{Qk:.5g}", it_k, f"{ev_k:.3g}", f"{t_seed:.2f}", f"{t_k:.2f}", f"{Qd:.5g}",
-                     len(m.history), f"{ev_d:.3g}", f"{m.info['start']['seconds']:.2f}", f"{t_d:.2f}",
+        t_start = m.info["start"]["seconds"]
+        rows.append([seed, f"{Qk:.5g}", it_k, f"{ev_k:.3g}", f"{t_seed:.2f}", f"{t_k:.2f}",
+                     f"{Qd:.5g}", len(m.history), f"{ev_d:.3g}", f"{t_start:.2f}", f"{t_d:.2f}",
                      f"{100 * eta:.1f}%", f"x{ev_k / ev_d:.0f}", f"{t_k / t_d:.2f}",
                      f"{(t_k + t_seed) / t_d:.2f}"])
         print(f"seed {seed} done", file=sys.stderr, flush=True)

@@ -14,7 +14,8 @@ Choices where the paper is silent (recorded here as ALGORITHMS.md asks):
   M ≥ 8 with chains of 5; 1 is the paper's plain AFK-MC2 on the coreset).  With a coreset and
   trials > 1 the chains' candidates are drawn from all rows (one extra pass) and each trial's
   potential is estimated on the weighted coreset: centres drawn only among the coreset's few
-  thousand rows generalise worse to the full data (KDD, 2 seeds: η 15.3–16.1 % → 13.5 %).
+  thousand rows generalise worse to the full data.  With the K(n) start below and 20 trials,
+  KDD η went from 15.3–16.1 % (2 seeds) to 13.1–14.3 % (5 seeds, bench_dgmm_kdd).
   The seeding also yields every coreset row's nearest seed, which becomes the first member of
   K(n) (the other H - 1 start uniform, as in the paper); started from random K(n) the first
   E-step assigns rows to far clusters and the first M-step throws the seeding away (KDD: η of
@@ -82,8 +83,8 @@ class DGMM(Algorithm):
                               (_nonneg, "must be >= 0")),
         "chain_length": Param(5, int, "AFK-MC2 Markov chain length m", (_pos, "must be >= 1")),
         "seeding_trials": Param(0, int, "AFK-MC2 chains per centre, keeping the one that lowers "
-                                "the potential most (0: auto, see summaries.afkmc2_trials; 1: the paper's "
-                                "plain AFK-MC2)",
+                                "the potential most (0: auto, summaries.afkmc2_trials; 1: the "
+                                "paper's plain AFK-MC2)",
                                 (_nonneg, "must be >= 0")),
         "tol": Param(1e-3, float, "stop when |ΔF/F| < tol", (_pos, "must be > 0")),
         "init": Param("afkmc2", str, "seeding of the means", choices=("afkmc2", "kmeans++")),

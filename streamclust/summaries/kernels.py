@@ -69,7 +69,7 @@ def afkmc2_chains(C, cand, cand_q, cand_w, m, uniforms):
 def greedy_afkmc2(C, cand, cand_q, cand_w, cand_row, pool, pot_w, mind, near, uniforms, m, trials):
     """AFK-MC2 with greedy trials: for every new centre run ``trials`` Metropolis chains of length
     ``m`` over pre-drawn candidates and keep the end point that lowers the potential
-    ``Σ pot_w · mind`` over the pool most (``trials = 1``: the plain chain, no potential).
+    ``Σ pot_w · mind`` over the pool most.
 
     ``C[0]`` is set; ``mind`` holds every pool row's squared distance to ``C[0]`` and ``near`` its
     nearest centre (0); both are kept up to date.  ``cand`` holds ``(k-1) · trials · m`` i.i.d.
@@ -103,32 +103,22 @@ def greedy_afkmc2(C, cand, cand_q, cand_w, cand_row, pool, pot_w, mind, near, un
                         cand_w[y] * dy * cand_q[x] > uniforms[y] * cand_w[x] * dx * cand_q[y]:
                     x, dx = y, dy
             ends[l] = x
-            if trials > 1:
-                cx = cand[x].astype(np.float64)
-                pot = 0.0
-                for r in range(n):
-                    d = min(_sqdist(pool[r], cx), mind[r])
-                    newd[l, r] = d
-                    pot += pot_w[r] * d
-                pots[l] = pot
-                counts[l] += n
+            cx = cand[x].astype(np.float64)
+            pot = 0.0
+            for r in range(n):
+                d = min(_sqdist(pool[r], cx), mind[r])
+                newd[l, r] = d
+                pot += pot_w[r] * d
+            pots[l] = pot
+            counts[l] += n
         best = 0
         for l in range(1, trials):
             if pots[l] < pots[best]:
                 best = l
         for j in range(C.shape[1]):
             C[i, j] = cand[ends[best], j]
-        if trials == 1:
-            cx = C[i].copy()
-            for r in nb.prange(n):
-                d = _sqdist(pool[r], cx)
-                if d < mind[r]:
-                    mind[r] = d
-                    near[r] = i
-            counts[0] += n
-        else:
-            for r in range(n):
-                if newd[best, r] < mind[r]:
-                    mind[r] = newd[best, r]
-                    near[r] = i
+        for r in range(n):
+            if newd[best, r] < mind[r]:
+                mind[r] = newd[best, r]
+                near[r] = i
     return counts.sum()
