@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import numpy as np
 from scipy.linalg import eigh
-from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
 
 from . import kernels as kn
+from . import lanczos as lz
 
-LANCZOS_FROM = 100  # above this many rows the U-step uses Lanczos (eigsh) for the top c
-EIG_TOL = 1e-8  # Lanczos relative accuracy of the eigenvalues (U changes are judged at 1e-3)
+LANCZOS_FROM = 100  # above this many rows the U-step uses Lanczos for the top c
+EIG_TOL = 1e-8  # Lanczos: residual ≤ EIG_TOL · |eigenvalue| (U changes are judged at 1e-3)
+LANCZOS_CYCLES = 100  # Lanczos restarts before the dense fallback
+LANCZOS_CHECK = 4  # Lanczos checks convergence every this many steps (a warm start stops early)
 
 
 def sqdist(P: np.ndarray, Q: np.ndarray | None = None) -> np.ndarray:
@@ -52,35 +54,27 @@ def centre(M: np.ndarray) -> np.ndarray:
 
 def top_eigenvectors(M: np.ndarray, c: int, centred: bool = False, start=None):
     """The ``c`` largest eigenpairs of the symmetric M (``centred``: of H M H), largest first,
-    with a fixed sign (the largest-magnitude entry of each vector is positive).  Lanczos above
-    ``LANCZOS_FROM`` rows from a fixed start vector (deterministic), dense otherwise or when
-    Lanczos does not converge within a bounded number of restarts.  ``start``: an n × c guess
-    of the eigenvectors (the previous U), whose sum starts the Lanczos run."""
+    with a fixed sign (the largest-magnitude entry of each vector is positive).  Thick-restart
+    Lanczos (numba, ``lanczos.py``) above ``LANCZOS_FROM`` rows from a fixed start vector
+    (deterministic), dense otherwise or when Lanczos does not converge within ``LANCZOS_CYCLES``
+    restarts.  ``start``: an n × c guess of the eigenvectors (the previous U), whose sum starts
+    the Lanczos run."""
     n = len(M)
-    w = None
     if n > LANCZOS_FROM and c < n // 10:
-        v0 = np.random.default_rng(0).standard_normal(n)
+        rng = np.random.default_rng(0)
+        v0 = rng.standard_normal(n)
         if start is not None:  # mostly the previous eigenvectors, a little of every direction
             v0 = start.sum(1) + 1e-3 * v0 / np.sqrt(n)
-        Mc = np.ascontiguousarray(M, dtype=np.float64)
-
-        def mv(x):  # numba, parallel over rows: 2× a single-threaded BLAS gemv (measured)
-            y = np.empty(n)
-            kn.matvec(Mc, np.ascontiguousarray(x, dtype=np.float64).ravel(), y, centred)
-            return y
-
-        op = LinearOperator((n, n), matvec=mv, dtype=np.float64)
-        try:
-            w, V = eigsh(op, k=c, which="LA", v0=v0, tol=EIG_TOL,
-                         ncv=min(n, max(2 * c + 1, 20)), maxiter=100)
-            order = np.argsort(w)[::-1]
-            w, V = w[order], V[:, order]
-        except ArpackNoConvergence:  # clustered top eigenvalues (a very narrow kernel)
-            w = None
-    if w is None:
-        w, V = eigh(centre(M) if centred else M, subset_by_index=[n - c, n - 1])
-        w, V = w[::-1], V[:, ::-1]
-    return w, fix_signs(V)
+        m = max(20, 3 * c)  # basis size; half of it is kept at a restart
+        w, V = np.empty(c), np.empty((c, n))
+        done = lz.top_eigenpairs(np.ascontiguousarray(M, dtype=np.float64), c, v0,
+                                 rng.standard_normal((4, n)), centred, EIG_TOL, m, m // 2,
+                                 LANCZOS_CYCLES, LANCZOS_CHECK, w, V)
+        if done > 0:
+            return w, fix_signs(V.T)
+    # small, or Lanczos did not converge (clustered top eigenvalues: a very narrow kernel)
+    w, V = eigh(centre(M) if centred else M, subset_by_index=[n - c, n - 1])
+    return w[::-1], fix_signs(V[:, ::-1])
 
 
 def fix_signs(V: np.ndarray) -> np.ndarray:
@@ -128,12 +122,6 @@ def gamma_fused(Kt: np.ndarray, U: np.ndarray, codes: np.ndarray, p: np.ndarray,
 def phi_from_gamma(X: np.ndarray, G: np.ndarray, rowsum: np.ndarray) -> np.ndarray:
     """Φ = Xᵀ (diag(Γ1) − Γ) X from Γ and its row sums."""
     return X.T @ (rowsum[:, None] * X) - X.T @ (G @ X)
-
-
-def orthonormal_like(M: np.ndarray, W: np.ndarray) -> np.ndarray:
-    """An orthonormal basis of the columns of ``M`` (thin QR), signs aligned with ``W``."""
-    Q, _ = np.linalg.qr(M)
-    return align_signs(Q, W)
 
 
 def smallest_eigenvectors(M: np.ndarray, q: int):

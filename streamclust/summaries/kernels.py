@@ -122,3 +122,53 @@ def greedy_afkmc2(C, cand, cand_q, cand_w, cand_row, pool, pot_w, mind, near, un
                 mind[r] = newd[best, r]
                 near[r] = i
     return counts.sum()
+
+
+@nb.njit(cache=True)
+def _assign(X, C, labels, d2):
+    """Nearest centre of every row (first on ties) and its squared distance; returns the sum."""
+    total = 0.0
+    for i in range(X.shape[0]):
+        best, arg = np.inf, 0
+        for j in range(C.shape[0]):
+            d = _sqdist(X[i], C[j])
+            if d < best:
+                best, arg = d, j
+        labels[i] = arg
+        d2[i] = best
+        total += best
+    return total
+
+
+@nb.njit(cache=True)
+def lloyd(X, C, max_iter, tol, labels, d2):
+    """Lloyd iterations from the centres ``C`` (updated in place) until the inertia gains at most
+    ``tol`` (relative) or ``max_iter`` rounds; an emptied cluster takes the row farthest from its
+    centre.  Fills ``labels`` / ``d2`` for the final centres and returns the inertia."""
+    n, d = X.shape
+    k = C.shape[0]
+    counts = np.zeros(k, np.int64)
+    prev = np.inf
+    for _ in range(max_iter):
+        inertia = _assign(X, C, labels, d2)
+        counts[:] = 0
+        for i in range(n):
+            counts[labels[i]] += 1
+        for j in range(k):
+            if counts[j] == 0:
+                far = int(np.argmax(d2))
+                counts[labels[far]] -= 1
+                labels[far] = j
+                d2[far] = 0.0
+                counts[j] = 1
+        C[:] = 0.0
+        for i in range(n):
+            for t in range(d):
+                C[labels[i], t] += X[i, t]
+        for j in range(k):
+            for t in range(d):
+                C[j, t] /= counts[j]
+        if prev < np.inf and prev - inertia <= tol * max(prev, 1e-300):
+            break
+        prev = inertia
+    return _assign(X, C, labels, d2)

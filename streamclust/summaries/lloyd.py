@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..distances import nearest_center
+from .kernels import lloyd
 from .seeding import auto_trials, kmeanspp
 
 
@@ -21,23 +21,9 @@ def kmeans(X, k: int, rng: np.random.Generator, n_init: int = 10, max_iter: int 
     best = None
     for _ in range(n_init):
         C, _ = kmeanspp(X, k, rng, trials=auto_trials(k))
-        prev = np.inf
-        for _ in range(max_iter):
-            labels, d2 = nearest_center(X, C)
-            inertia = float(d2.sum())
-            counts = np.bincount(labels, minlength=k)
-            for j in np.flatnonzero(counts == 0):
-                far = int(np.argmax(d2))
-                labels[far], d2[far] = j, 0.0
-                counts = np.bincount(labels, minlength=k)
-            C = np.zeros_like(C)
-            np.add.at(C, labels, X)
-            C /= counts[:, None]
-            if np.isfinite(prev) and prev - inertia <= tol * max(prev, 1e-300):
-                break
-            prev = inertia
-        labels, d2 = nearest_center(X, C)
-        inertia = float(d2.sum())
+        labels = np.empty(len(X), dtype=np.int32)
+        d2 = np.empty(len(X))
+        inertia = lloyd(X, C, max_iter, tol, labels, d2)
         if best is None or inertia < best[2]:
             best = (C, labels, inertia)
     return best
