@@ -154,14 +154,14 @@ class ISM(Algorithm):
         sigma0 = sp.median_distance(self._X) if not h["sigma"] else h["sigma"]
         Kt, _ = sp.normalized_kernel(self._X, sigma0)
         U, _ = sp.embedding(Kt, c)
+        self.U_ = U  # the start of the first U-step in the subspace
         cq, aq = sp.objective(Kt, U, self._Yc, 1.0)
         if h["lambda_"]:
             self.lambda_ = h["lambda_"]
         else:
             self.lambda_ = cq / aq if aq > 0 else 0.0
         # Taylor initialisation: Φ at W = 0 (K = 11ᵀ, D = nI)
-        G0 = sp.gamma(1.0 / n, U, self._Yc, self.lambda_)
-        ev, V = np.linalg.eigh(sp.phi(self._X, G0))
+        ev, V = np.linalg.eigh(sp.phi_taylor(self._X, U, self._Yc, self.lambda_))
         self.phi0_eigenvalues_ = ev
         if h["q"]:
             q = min(h["q"], d)

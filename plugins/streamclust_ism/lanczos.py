@@ -40,16 +40,19 @@ def _apply(M, x, y, centred):
 
 
 @nb.njit(cache=True, fastmath=True)
-def _orthogonalise(V, j, w):
+def _orthogonalise(V, j, w, h):
     """w ← w minus its projection on the rows V[0..j] (twice, for orthogonality to round-off);
-    returns ‖w‖ after."""
+    ``h[i]`` ← the total coefficient of V[i] (= V[i]·w before); returns ‖w‖ after."""
+    for i in range(j + 1):
+        h[i] = 0.0
     for _ in range(2):
         for i in range(j + 1):
-            h = 0.0
+            c = 0.0
             for t in range(w.shape[0]):
-                h += V[i, t] * w[t]
+                c += V[i, t] * w[t]
             for t in range(w.shape[0]):
-                w[t] -= h * V[i, t]
+                w[t] -= c * V[i, t]
+            h[i] += c
     s = 0.0
     for t in range(w.shape[0]):
         s += w[t] * w[t]
@@ -57,27 +60,12 @@ def _orthogonalise(V, j, w):
 
 
 @nb.njit(cache=True)
-def _ritz(V, AV, size, keep, c, tol, Y, AY, theta_out):
-    """Rayleigh–Ritz on the first ``size`` basis vectors: the ``keep`` best Ritz vectors (rows of
-    Y) and their products (AY), largest first; True when the first ``c`` have converged."""
-    n = V.shape[1]
-    T = V[:size] @ AV[:size].T
-    T = 0.5 * (T + T.T)
-    theta, S = np.linalg.eigh(T)
-    kk = min(keep, size)
-    for r in range(kk):
-        col = size - 1 - r
-        s_col = np.ascontiguousarray(S[:, col])
-        Y[r] = s_col @ V[:size]
-        AY[r] = s_col @ AV[:size]
-        theta_out[r] = theta[col]
+def _converged(theta, S, size, beta, c, tol):
+    """Ritz pairs of the ``size`` × ``size`` projection, largest first: ‖A y − θ y‖ = β |s_last|
+    (the Lanczos relation A V = V T + β v⁺ e_lastᵀ) within ``tol`` for the first ``c``?"""
     for r in range(c):
-        th = theta_out[r]
-        res = 0.0
-        for t in range(n):
-            e = AY[r, t] - th * Y[r, t]
-            res += e * e
-        if np.sqrt(res) > tol * max(abs(th), EPS23):
+        th = theta[size - 1 - r]
+        if beta * abs(S[size - 1, size - 1 - r]) > tol * max(abs(th), EPS23):
             return False
     return True
 
@@ -88,14 +76,13 @@ def top_eigenpairs(M, c, v0, spare, centred, tol, m, keep, max_cycles, check, w_
     first, into ``w_out`` (c) and the rows of ``V_out`` (c × n).  ``v0``: start vector (n);
     ``spare``: rows of random vectors used when the Krylov space becomes invariant; basis size
     ``m`` > ``keep`` ≥ c; convergence is also checked every ``check`` steps within a cycle (a
-    good start converges before the basis is full).  Returns the number of products with M, or
-    −1 without convergence within ``max_cycles`` cycles."""
+    good start converges before the basis is full).  The projection T = Vᵀ A V is assembled
+    from the re-orthogonalisation coefficients.  Returns the number of products with M, or −1
+    without convergence within ``max_cycles`` cycles."""
     n = M.shape[0]
     V = np.zeros((m + 1, n))
-    AV = np.zeros((m, n))
-    Y = np.empty((keep, n))
-    AY = np.empty((keep, n))
-    theta = np.empty(keep)
+    T = np.zeros((m, m))
+    h = np.empty(m + 1)
     w = np.empty(n)
     x = v0.copy()
     if centred:
@@ -104,37 +91,45 @@ def top_eigenpairs(M, c, v0, spare, centred, tol, m, keep, max_cycles, check, w_
     k = 0
     used = 0
     products = 0
+    fresh = False
     for _ in range(max_cycles):
         for j in range(k, m):
             _apply(M, V[j], w, centred)
             products += 1
-            AV[j] = w
-            beta = _orthogonalise(V, j, w)
-            while beta <= 1e-10 * np.sqrt(np.sum(AV[j] * AV[j])) + 1e-300:
-                # invariant subspace: continue from a fresh random direction
+            norm_w = np.sqrt(np.sum(w * w))
+            beta = _orthogonalise(V, j, w, h)
+            for i in range(j + 1):
+                T[i, j] = h[i]
+                T[j, i] = h[i]
+            if beta > 1e-10 * norm_w + 1e-300:
+                V[j + 1] = w / beta
+            else:  # an invariant subspace: go on from a fresh random direction
                 if used >= spare.shape[0]:
                     return -1
                 w[:] = spare[used]
                 used += 1
                 if centred:
                     w -= w.mean()
-                beta = _orthogonalise(V, j, w)
-            V[j + 1] = w / beta
+                V[j + 1] = w / _orthogonalise(V, j, w, h)
+                beta = 0.0  # A V = V T still holds; test convergence only on a full basis
+                fresh = True
             size = j + 1
-            if size < m and size >= c + 2 and (size - k) % check == 0:
-                if _ritz(V, AV, size, keep, c, tol, Y, AY, theta):
-                    break
-        else:
-            size = m
-            if not _ritz(V, AV, m, keep, c, tol, Y, AY, theta):
-                # thick restart: the kept Ritz vectors, then the next Lanczos vector
+            if size < m and (fresh or size < c + 1 or (size - k) % check != 0):
+                continue
+            theta, S = np.linalg.eigh(T[:size, :size])
+            if _converged(theta, S, size, beta, c, tol):
+                for r in range(c):
+                    w_out[r] = theta[size - 1 - r]
+                    V_out[r] = np.ascontiguousarray(S[:, size - 1 - r]) @ V[:size]
+                return products
+            if size == m:  # thick restart: the kept Ritz vectors, then the next Lanczos vector
+                Y = np.empty((keep, n))
+                for r in range(keep):
+                    Y[r] = np.ascontiguousarray(S[:, m - 1 - r]) @ V[:m]
                 V[keep] = V[m]
                 V[:keep] = Y
-                AV[:keep] = AY
+                T[:, :] = 0.0
+                for r in range(keep):
+                    T[r, r] = theta[m - 1 - r]
                 k = keep
-                continue
-        for r in range(c):
-            w_out[r] = theta[r]
-            V_out[r] = Y[r]
-        return products
     return -1

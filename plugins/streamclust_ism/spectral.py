@@ -32,7 +32,7 @@ def median_distance(P: np.ndarray) -> float:
         return 1.0
     d2 = np.empty(n * (n - 1) // 2)
     kn.pair_sqdist(np.ascontiguousarray(P, dtype=np.float64), d2)
-    return float(np.sqrt(np.median(d2)))
+    return float(np.sqrt(kn.median(d2)))
 
 
 def normalized_kernel(P: np.ndarray, sigma: float):
@@ -90,20 +90,17 @@ def embedding(Kt: np.ndarray, c: int, start=None):
     return U, w
 
 
-def phi(X: np.ndarray, Gamma: np.ndarray) -> np.ndarray:
-    """Φ = Xᵀ (diag(Γ1) − Γ) X (up to the positive factor 2/σ²), O(n²d + nd²)."""
-    g = Gamma.sum(1)
-    return X.T @ (g[:, None] * X) - X.T @ (Gamma @ X)
-
-
-def gamma(Kt, U: np.ndarray, Yc: np.ndarray, lam: float) -> np.ndarray:
-    """Γ = (dm dmᵀ) ∘ Ψ ∘ K = K̃ ∘ (U Uᵀ − λ Yc Ycᵀ)  (U is already centred: H U = U).
-    ``Kt`` may be a scalar (a constant kernel, as in the Taylor start at W = 0)."""
-    Psi = U @ U.T
+def phi_taylor(X: np.ndarray, U: np.ndarray, Yc: np.ndarray, lam: float) -> np.ndarray:
+    """Φ₀ = Xᵀ (diag(Γ1) − Γ) X for the constant kernel of the Taylor start (W = 0: K̃ = 11ᵀ/n),
+    where Γ = (U Uᵀ − λ Yc Ycᵀ)/n has rank ≤ c + c₀: O(nd(c + c₀ + d)), no n × n array."""
+    n = len(X)
+    g = (U @ U.sum(0) - lam * (Yc @ Yc.sum(0))) / n if Yc.shape[1] else U @ U.sum(0) / n
+    XU = X.T @ U
+    low = XU @ XU.T
     if Yc.shape[1] and lam:
-        Psi -= lam * (Yc @ Yc.T)
-    Psi *= Kt
-    return Psi
+        XY = X.T @ Yc
+        low -= lam * (XY @ XY.T)
+    return X.T @ (g[:, None] * X) - low / n
 
 
 def gamma_fused(Kt: np.ndarray, U: np.ndarray, codes: np.ndarray, p: np.ndarray, lam: float,

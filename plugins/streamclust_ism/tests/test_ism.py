@@ -35,6 +35,16 @@ def _table(X, given=None, truth=None):
     return pa.table(cols)
 
 
+def _gamma_dense(Kt, U, Yc, lam):
+    """Γ = K̃ ∘ (U Uᵀ − λ Yc Ycᵀ) with NumPy (``Kt`` may be a scalar: a constant kernel)."""
+    return Kt * (U @ U.T - lam * (Yc @ Yc.T))
+
+
+def _phi_dense(X, G):
+    """Φ = Xᵀ (diag(Γ1) − Γ) X with NumPy."""
+    return X.T @ (G.sum(1)[:, None] * X) - X.T @ (G @ X)
+
+
 def test_phi_equals_the_sum_over_pairs():
     rng = np.random.default_rng(0)
     n, d, c = 30, 4, 2
@@ -45,7 +55,7 @@ def test_phi_equals_the_sum_over_pairs():
     K = np.exp(-sp.sqdist(X @ W) / (2 * 0.7 ** 2))
     Yc = np.eye(3)[rng.integers(0, 3, n)]
     Yc -= Yc.mean(0)
-    G = sp.gamma(Kt, U, Yc, 0.4)
+    G = _gamma_dense(Kt, U, Yc, 0.4)
     H = np.eye(n) - 1.0 / n
     Psi = H @ (U @ U.T - 0.4 * Yc @ Yc.T) @ H
     brute = np.zeros((d, d))
@@ -53,7 +63,24 @@ def test_phi_equals_the_sum_over_pairs():
         for j in range(n):
             v = X[i] - X[j]
             brute += dm[i] * dm[j] * Psi[i, j] * K[i, j] * np.outer(v, v)
-    np.testing.assert_allclose(2 * sp.phi(X, G), brute, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(2 * _phi_dense(X, G), brute, rtol=1e-10, atol=1e-12)
+
+
+def test_taylor_phi_equals_the_sum_over_pairs():
+    """Φ₀ at the constant kernel 1/n (rank-(c + c₀) Γ) against Σ_ij Γ_ij (x_i − x_j)(x_i − x_j)ᵀ."""
+    rng = np.random.default_rng(3)
+    n, d = 25, 5
+    X, U = rng.normal(size=(n, d)), rng.normal(size=(n, 2))  # U not centred: Γ1 ≠ 0
+    Yc = np.eye(3)[rng.integers(0, 3, n)]
+    Yc -= Yc.mean(0)
+    for lam in (0.0, 0.6):
+        G = (U @ U.T - lam * Yc @ Yc.T) / n
+        brute = sum(G[i, j] * np.outer(X[i] - X[j], X[i] - X[j])
+                    for i in range(n) for j in range(n))
+        np.testing.assert_allclose(2 * sp.phi_taylor(X, U, Yc, lam), brute, rtol=1e-10,
+                                   atol=1e-12)
+    np.testing.assert_allclose(sp.phi_taylor(X, U, np.zeros((n, 0)), 0.6),
+                               sp.phi_taylor(X, U, Yc, 0.0), rtol=1e-12)
 
 
 def test_u_step_matches_a_full_eigendecomposition():
@@ -182,6 +209,25 @@ def test_lanczos_on_clustered_eigenvalues(c, sigma):
     assert np.allclose(U.T @ U, np.eye(c), atol=1e-10)
 
 
+def test_lanczos_restarts_from_an_invariant_start():
+    """A start vector inside a 2-dimensional invariant subspace of lower eigenvectors breaks
+    the Krylov sequence down after two steps; Lanczos must go on from a random direction and
+    still find the top eigenpairs (checked against LAPACK)."""
+    from streamclust_ism import lanczos as lz
+    rng = np.random.default_rng(6)
+    n, c = 150, 3
+    Q = np.linalg.qr(rng.normal(size=(n, n)))[0]
+    lam = np.linspace(1.0, 0.0, n) ** 3
+    M = (Q * lam) @ Q.T
+    v0 = Q[:, 10] + Q[:, 20]
+    w, V = np.empty(c), np.empty((c, n))
+    done = lz.top_eigenpairs(np.ascontiguousarray(M), c, v0, rng.normal(size=(4, n)), False,
+                             1e-10, 20, 10, 100, 4, w, V)
+    assert done > 0
+    np.testing.assert_allclose(w, lam[:c], rtol=1e-9)
+    np.testing.assert_allclose(np.abs(V @ Q[:, :c]), np.eye(c), atol=1e-6)
+
+
 def test_fused_phi_equals_the_dense_formula():
     """The numba Γ pass (codes and proportions instead of Yc Ycᵀ) against NumPy's Γ = K̃ ∘ Ψ."""
     from streamclust_ism import kernels as kn
@@ -195,8 +241,8 @@ def test_fused_phi_equals_the_dense_formula():
     Yc -= Yc.mean(0)
     codes, p = kn.codes_and_proportions(g)
     for lam in (0.0, 0.7):
-        G = sp.gamma(Kt, U, Yc, lam)
-        dense = sp.phi(X, G)
+        G = _gamma_dense(Kt, U, Yc, lam)
+        dense = _phi_dense(X, G)
         Gf, rowsum, f = sp.gamma_fused(Kt, U, codes, p, lam)
         fused = sp.phi_from_gamma(X, Gf, rowsum)
         np.testing.assert_allclose(fused, dense, rtol=1e-10, atol=1e-12 * np.abs(dense).max())
@@ -219,6 +265,17 @@ def test_kernel_and_median_against_numpy(n):
     if n > 1:
         iu = np.triu_indices(n, 1)
         assert sp.median_distance(P) == pytest.approx(np.sqrt(np.median(D2[iu])), rel=1e-12)
+
+
+def test_histogram_median_equals_numpy():
+    from streamclust_ism import kernels as kn
+    rng = np.random.default_rng(4)
+    cases = [rng.random(8000), rng.random(7999), np.repeat(rng.random(10), 7), np.zeros(5),
+             np.array([3.0]), np.array([2.0, 1.0]), rng.exponential(size=1001) ** 8,
+             np.r_[np.zeros(5000), rng.random(3)], np.r_[rng.random(3), np.full(500, 1e300)],
+             np.array([1.0, 1.0 + 1e-310, 1.0 + 2e-310]), np.array([5e-324, 0.0, 1e-323, 0.0])]
+    for v in cases:
+        assert kn.median(v) == np.median(v)
 
 
 def test_warm_started_lanczos_finds_the_same_eigenvectors():
