@@ -199,7 +199,7 @@ class ISM(Algorithm):
                                  f"({len(self._X)}, {self.n_clusters})")
         self.W_, self.U_ = W, U
         self.eigenvalues_ = np.asarray(state["eigenvalues"], dtype=np.float64)
-        self._Kt, self.degree_scale_ = sp.normalized_kernel(self._X @ W, self.sigma_)
+        self._Kt, self.degree_scale_ = self._kernel(W)
         self._labels_stale = True
 
     def _set_W(self, W):
@@ -211,7 +211,7 @@ class ISM(Algorithm):
 
     def _ustep(self, kernel_ready=False):
         if not kernel_ready:
-            self._Kt, self.degree_scale_ = sp.normalized_kernel(self._X @ self.W_, self.sigma_)
+            self._Kt, self.degree_scale_ = self._kernel(self.W_)
         self.U_, self.eigenvalues_ = sp.embedding(self._Kt, self.n_clusters,
                                                   start=getattr(self, "U_", None))
         self._labels_stale = True
@@ -221,17 +221,10 @@ class ISM(Algorithm):
             self._finish_labels()
             self._labels_stale = False
 
-    def _gamma(self, Kt):
-        """``(Γ, Γ1, f)`` at the kernel ``Kt`` with the current U (f: the objective, U fixed)."""
-        lam = self.lambda_ if self._given is not None else 0.0
-        n = len(Kt)
-        if getattr(self, "_G", None) is None or self._G.shape != (n, n):
-            self._G = np.empty((n, n))
-        return sp.gamma_fused(Kt, self.U_, self._codes, self._p, lam, self._G)
-
     def _phi(self, Kt):
-        G, rowsum, _ = self._gamma(Kt)
-        return sp.phi_from_gamma(self._X, G, rowsum)
+        """``(Φ, f, AQ)`` at the kernel ``Kt`` with the current U (f: the objective, U fixed)."""
+        lam = self.lambda_ if self._given is not None else 0.0
+        return sp.phi_terms(Kt, self.U_, self._codes, self._p, lam, self._X)
 
     def _kernel(self, W):
         return sp.normalized_kernel(self._X @ W, self.sigma_)
@@ -243,26 +236,27 @@ class ISM(Algorithm):
         measured on WebKB, where the labels then depend on the parity of the last inner
         iteration.)  Returns the new W and the number of steps taken."""
         W, Kt, dm = self.W_, self._Kt, self.degree_scale_  # the U-step's kernel at W
-        G, rowsum, f = self._gamma(Kt)
+        Phi, f, aq = self._phi(Kt)
         q = W.shape[1]
         done = 0
         for it in range(self.hyper["inner_iterations"]):
-            _, Wn = sp.smallest_eigenvectors(sp.phi_from_gamma(self._X, G, rowsum), q)
+            _, Wn = sp.smallest_eigenvectors(Phi, q)
             Wn = sp.align_signs(Wn, W)
             Kt_n, dm_n = self._kernel(Wn)
-            G, rowsum, f_n = self._gamma(Kt_n)
+            Phi, f_n, aq_n = self._phi(Kt_n)
             if f_n < f - 1e-12 * abs(f):
                 break
             done = it + 1
             change = np.linalg.norm(Wn - W) / np.linalg.norm(W)
-            W, Kt, dm, f = Wn, Kt_n, dm_n, f_n
+            W, Kt, dm, f, aq = Wn, Kt_n, dm_n, f_n, aq_n
             if change < TOL_W:
                 break
         self._Kt, self.degree_scale_ = Kt, dm
+        self._aq = aq  # Tr(Ycᵀ K̃ Yc) at the new W (the U-step does not change it)
         return W, done
 
     def _grow(self):
-        _, V = np.linalg.eigh(self._phi(self._Kt))
+        _, V = np.linalg.eigh(self._phi(self._Kt)[0])
         P = V - self.W_ @ (self.W_.T @ V)
         norms = np.linalg.norm(P, axis=0)
         j = int(np.flatnonzero(norms > 0.5)[0])
@@ -280,7 +274,8 @@ class ISM(Algorithm):
         dW = float(np.linalg.norm(W - W_old) / np.linalg.norm(W_old))
         dU = _subspace_change(self.U_, U_old)
         self._round += 1
-        cq, aq = sp.objective(self._Kt, self.U_, self._Yc, self.lambda_)
+        # CQ = Tr(Uᵀ K̃ U) = the sum of U's eigenvalues (H U = U); AQ from the W-step's last pass
+        cq, aq = float(np.sum(self.eigenvalues_)), self._aq
         obj = cq - self.lambda_ * aq
         final = self._stage_q >= self.q_
         # an intermediate stage only prepares the next direction: one round

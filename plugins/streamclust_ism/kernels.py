@@ -159,30 +159,36 @@ def scale_both(K, dm):
 
 
 @nb.njit(parallel=True, cache=True, fastmath=True)
-def gamma_rows(Kt, U, codes, p, pp, lam, G, rowsum):
-    """``G[i, j] = K̃[i, j] (U_i·U_j − λ Yc_i·Yc_j)`` with the centred one-hot
-    ``Yc_i·Yc_j = [g_i = g_j] − p[g_i] − p[g_j] + Σ p²`` (``lam = 0``: no given clustering), and
-    ``rowsum[i] = Σ_j G[i, j]``.  Zero kernel entries (beyond ``EXP_CUTOFF``) are skipped."""
+def gamma_phi_rows(Kt, U, codes, p, pp, lam, X, GX, rowsum, aq_rows):
+    """One pass over Γ = K̃ ∘ (U Uᵀ − λ Yc Ycᵀ) without storing it: ``rowsum[i] = Σ_j Γ_ij``,
+    ``GX[i] = Σ_j Γ_ij X_j`` (for Φ = Xᵀ diag(Γ1) X − Xᵀ Γ X) and
+    ``aq_rows[i] = Σ_j K̃_ij (Yc Ycᵀ)_ij``, with the centred one-hot
+    ``Yc_i·Yc_j = [g_i = g_j] − p[g_i] − p[g_j] + Σ p²`` (no given clustering: one code, p = 1,
+    so it is 0).  Zero kernel entries (beyond ``EXP_CUTOFF``) are skipped."""
     n, c = U.shape
+    d = X.shape[1]
     for i in nb.prange(n):
         s = 0.0
+        a = 0.0
         gi = codes[i]
+        for t in range(d):
+            GX[i, t] = 0.0
         for j in range(n):
             k = Kt[i, j]
             if k == 0.0:
-                G[i, j] = 0.0
                 continue
             u = 0.0
             for t in range(c):
                 u += U[i, t] * U[j, t]
-            if lam != 0.0:
-                gj = codes[j]
-                y = (1.0 if gi == gj else 0.0) - p[gi] - p[gj] + pp
-                u -= lam * y
-            v = k * u
-            G[i, j] = v
+            gj = codes[j]
+            y = (1.0 if gi == gj else 0.0) - p[gi] - p[gj] + pp
+            v = k * (u - lam * y)
             s += v
+            a += k * y
+            for t in range(d):
+                GX[i, t] += v * X[j, t]
         rowsum[i] = s
+        aq_rows[i] = a
 
 
 def codes_and_proportions(given: np.ndarray):

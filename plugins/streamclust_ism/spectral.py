@@ -103,26 +103,22 @@ def phi_taylor(X: np.ndarray, U: np.ndarray, Yc: np.ndarray, lam: float) -> np.n
     return X.T @ (g[:, None] * X) - low / n
 
 
-def gamma_fused(Kt: np.ndarray, U: np.ndarray, codes: np.ndarray, p: np.ndarray, lam: float,
-                G: np.ndarray | None = None):
-    """``(Γ, Γ1, f)``: Γ = ``gamma(Kt, U, Yc, lam)`` built by one numba pass from the given
-    clustering's codes and proportions ``p`` (no U Uᵀ, Yc Ycᵀ or Ψ), its row sums, and
-    f = Σ Γ = Tr(Uᵀ K̃ U) − λ Tr(Ycᵀ K̃ Yc), the objective at this kernel with U fixed.
-    ``G``: an n × n buffer."""
-    n = len(Kt)
-    G = np.empty((n, n)) if G is None else G
-    rowsum = np.empty(n)
-    kn.gamma_rows(Kt, np.ascontiguousarray(U), codes, p, float(p @ p), float(lam), G, rowsum)
-    return G, rowsum, float(rowsum.sum())
-
-
-def phi_from_gamma(X: np.ndarray, G: np.ndarray, rowsum: np.ndarray) -> np.ndarray:
-    """Φ = Xᵀ (diag(Γ1) − Γ) X from Γ and its row sums."""
-    return X.T @ (rowsum[:, None] * X) - X.T @ (G @ X)
+def phi_terms(Kt: np.ndarray, U: np.ndarray, codes: np.ndarray, p: np.ndarray, lam: float,
+              X: np.ndarray):
+    """``(Φ, f, AQ)`` at the kernel ``Kt`` with U fixed, by one numba pass over the pairs (no
+    n × n array: Γ, U Uᵀ and Yc Ycᵀ are never stored): Φ = Xᵀ (diag(Γ1) − Γ) X for
+    Γ = K̃ ∘ (U Uᵀ − λ Yc Ycᵀ) (Yc from the given clustering's ``codes`` and proportions
+    ``p``), f = Σ Γ = Tr(Uᵀ K̃ U) − λ Tr(Ycᵀ K̃ Yc) (the objective) and AQ = Tr(Ycᵀ K̃ Yc)."""
+    n, d = X.shape
+    GX, rowsum, aq_rows = np.empty((n, d)), np.empty(n), np.empty(n)
+    kn.gamma_phi_rows(Kt, np.ascontiguousarray(U), codes, p, float(p @ p), float(lam),
+                      np.ascontiguousarray(X), GX, rowsum, aq_rows)
+    Phi = X.T @ (rowsum[:, None] * X) - X.T @ GX
+    return 0.5 * (Phi + Phi.T), float(rowsum.sum()), float(aq_rows.sum())
 
 
 def smallest_eigenvectors(M: np.ndarray, q: int):
-    w, V = np.linalg.eigh((M + M.T) / 2)
+    w, V = np.linalg.eigh(M)
     return w, V[:, :q]
 
 

@@ -10,6 +10,7 @@ import pytest
 import streamclust
 from streamclust.errors import DataError
 from streamclust.metrics import nmi
+from streamclust_ism import kernels as kn
 from streamclust_ism import spectral as sp
 from streamclust_ism.synthetic import moons_and_gaussians
 
@@ -229,12 +230,13 @@ def test_lanczos_restarts_from_an_invariant_start():
 
 
 def test_fused_phi_equals_the_dense_formula():
-    """The numba Γ pass (codes and proportions instead of Yc Ycᵀ) against NumPy's Γ = K̃ ∘ Ψ."""
-    from streamclust_ism import kernels as kn
+    """The numba pass (codes and proportions instead of Yc Ycᵀ, Γ never stored) against NumPy's
+    Γ = K̃ ∘ Ψ and Φ = Xᵀ (diag(Γ1) − Γ) X, with zero kernel entries among the pairs."""
     rng = np.random.default_rng(5)
     n, d = 120, 5
     X = rng.normal(size=(n, d))
-    Kt, _ = sp.normalized_kernel(X[:, :2], 0.8)
+    Kt, _ = sp.normalized_kernel(X[:, :2], 0.15)
+    assert (Kt == 0).mean() > 0.2  # the pass skips these
     U, _ = sp.embedding(Kt, 3)
     g = rng.integers(0, 4, n)
     Yc = np.eye(4)[g]
@@ -243,13 +245,18 @@ def test_fused_phi_equals_the_dense_formula():
     for lam in (0.0, 0.7):
         G = _gamma_dense(Kt, U, Yc, lam)
         dense = _phi_dense(X, G)
-        Gf, rowsum, f = sp.gamma_fused(Kt, U, codes, p, lam)
-        fused = sp.phi_from_gamma(X, Gf, rowsum)
+        fused, f, aq = sp.phi_terms(Kt, U, codes, p, lam, X)
         np.testing.assert_allclose(fused, dense, rtol=1e-10, atol=1e-12 * np.abs(dense).max())
         # f is the objective with U fixed: Tr(Uᵀ K̃ U) − λ Tr(Ycᵀ K̃ Yc)
-        cq, aq = sp.objective(Kt, U, Yc, lam)
-        assert f == pytest.approx(cq - lam * aq, rel=1e-10, abs=1e-12)
+        cq, aq_ref = sp.objective(Kt, U, Yc, lam)
+        assert f == pytest.approx(cq - lam * aq_ref, rel=1e-10, abs=1e-12)
         assert f == pytest.approx(G.sum(), rel=1e-10, abs=1e-12)
+        assert aq == pytest.approx(aq_ref, rel=1e-10)
+    # no given clustering: one code with proportion 1, so Yc = 0
+    fused, f, aq = sp.phi_terms(Kt, U, np.zeros(n, np.int64), np.ones(1), 0.0, X)
+    np.testing.assert_allclose(fused, _phi_dense(X, _gamma_dense(Kt, U, Yc, 0.0)), rtol=1e-10,
+                               atol=1e-12 * np.abs(dense).max())
+    assert aq == 0.0
 
 
 @pytest.mark.parametrize("n", [1, 2, 37, 120])
@@ -268,7 +275,6 @@ def test_kernel_and_median_against_numpy(n):
 
 
 def test_histogram_median_equals_numpy():
-    from streamclust_ism import kernels as kn
     rng = np.random.default_rng(4)
     cases = [rng.random(8000), rng.random(7999), np.repeat(rng.random(10), 7), np.zeros(5),
              np.array([3.0]), np.array([2.0, 1.0]), rng.exponential(size=1001) ** 8,
@@ -299,12 +305,12 @@ def test_w_step_never_lowers_the_objective():
                         sigma=sigma, lambda_=0.5, standardize=False, max_epochs=1,
                         progress=False)
     a = m.algorithm_  # at the Taylor start W₀ with U(W₀): no step was accepted
-    f0 = a._gamma(a._Kt)[2]
-    _, Wn = sp.smallest_eigenvectors(a._phi(a._Kt), 4)
-    plain = a._gamma(sp.normalized_kernel(a._X @ Wn, sigma)[0])[2]
+    Phi0, f0, _ = a._phi(a._Kt)
+    _, Wn = sp.smallest_eigenvectors(Phi0, 4)
+    plain = a._phi(sp.normalized_kernel(a._X @ Wn, sigma)[0])[1]
     assert plain < f0 - 0.1  # the plain ISM step descends here
     W, _ = a._wstep()
-    f1 = a._gamma(sp.normalized_kernel(a._X @ W, sigma)[0])[2]
+    f1 = a._phi(sp.normalized_kernel(a._X @ W, sigma)[0])[1]
     assert f1 >= f0 - 1e-12 * abs(f0)
 
 
