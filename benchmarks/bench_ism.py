@@ -92,7 +92,7 @@ def run(name, extra, repeat=3):
 def warm_up():
     """One untimed fit, so that loading the compiled numba kernels is not timed."""
     rng = np.random.default_rng(0)
-    X = rng.normal(size=(60, 3))
+    X = rng.normal(size=(150, 3))  # above LANCZOS_FROM: the Lanczos kernels load too
     streamclust.fit(as_table(X, (X[:, 0] > 0).astype(np.int64)), "ism", 2, given="given",
                     progress=False)
 

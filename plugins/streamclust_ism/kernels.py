@@ -48,19 +48,28 @@ def kernel_degrees(P, inv2s2, K, deg):
 @nb.njit(parallel=True, cache=True)
 def cross_kernel(P, Q, inv2s2, dq, Kt, deg):
     """Nyström rows: ``deg[i] = Σ_j exp(-||P_i − Q_j||² · inv2s2)`` and
-    ``Kt[i, j] = exp(…) · dq[j] / √deg[i]`` (rows with ``deg ≤ 1e-300`` are left unscaled; the
-    caller handles them).  Exponents beyond 708 give 0 instead of a subnormal number."""
+    ``Kt[i, j] = exp(…) · dq[j] / √deg[i]``.  Entries below ε/2 of the row's largest (exponent
+    beyond the row's smallest + ``EXP_CUTOFF``) are 0 without calling exp: they change the
+    degree and the row's products by less than m·ε/2 (relative).  Rows whose every entry would
+    underflow (``deg`` = 0) are left at 0; the caller handles them."""
     n, q = P.shape
     m = Q.shape[0]
     for i in nb.prange(n):
-        s = 0.0
+        amin = np.inf
         for j in range(m):
             d = 0.0
             for t in range(q):
                 x = P[i, t] - Q[j, t]
                 d += x * x
             a = d * inv2s2
-            v = math.exp(-a) if a < 708.0 else 0.0
+            Kt[i, j] = a
+            if a < amin:
+                amin = a
+        cut = min(amin + EXP_CUTOFF, 708.0)
+        s = 0.0
+        for j in range(m):
+            a = Kt[i, j]
+            v = math.exp(-a) if a < cut else 0.0
             Kt[i, j] = v
             s += v
         deg[i] = s

@@ -187,7 +187,7 @@ def test_u_step_falls_back_when_lanczos_does_not_converge(monkeypatch):
     rng = np.random.default_rng(2)
     Kt, _ = sp.normalized_kernel(rng.normal(size=(sp.LANCZOS_FROM + 10, 3)), 1.0)
     U, w = sp.embedding(Kt, 2)
-    monkeypatch.setattr(sp, "LANCZOS_CYCLES", 0)  # no Lanczos cycle: the dense path
+    monkeypatch.setattr(sp, "LANCZOS_BUDGET", 0.0)  # no Lanczos cycle: the dense path
     U2, w2 = sp.embedding(Kt, 2)
     np.testing.assert_allclose(w2, w, rtol=1e-8)
     np.testing.assert_allclose(np.abs(U2.T @ U), np.eye(2), atol=1e-6)
