@@ -125,6 +125,66 @@ def greedy_afkmc2(C, cand, cand_q, cand_w, cand_row, pool, pot_w, mind, near, un
 
 
 @nb.njit(cache=True)
+def _weighted_draw(p, u):
+    """The first index whose running sum of ``p`` exceeds ``u · Σ p`` (u in [0, 1))."""
+    total = 0.0
+    for i in range(p.shape[0]):
+        total += p[i]
+    target = u * total
+    acc = 0.0
+    for i in range(p.shape[0]):
+        acc += p[i]
+        if acc > target:
+            return i
+    for i in range(p.shape[0] - 1, -1, -1):  # round-off: the last row with weight
+        if p[i] > 0:
+            return i
+    return p.shape[0] - 1
+
+
+@nb.njit(cache=True)
+def kmeanspp_greedy(X, w, k, trials, u, C):
+    """k-means++ seeding into ``C`` (k × d): the first centre drawn by the weights ``w``, each
+    next one the best of ``trials`` D²-weighted draws by the potential it leaves (one draw:
+    the plain algorithm).  ``u``: 1 + (k − 1)·trials uniforms.  Serial; returns the distance
+    evaluations."""
+    n = X.shape[0]
+    C[0] = X[_weighted_draw(w, u[0])]
+    mind = np.empty(n)
+    p = np.empty(n)
+    for r in range(n):
+        mind[r] = _sqdist(X[r], C[0])
+    evals = n
+    for i in range(1, k):
+        total = 0.0
+        for r in range(n):
+            p[r] = w[r] * mind[r]
+            total += p[r]
+        if not total > 0.0:  # every row on a centre: draw by the weights
+            p[:] = w
+        best, best_pot = -1, np.inf
+        for t in range(trials):
+            c = _weighted_draw(p, u[1 + (i - 1) * trials + t])
+            if trials == 1:
+                best = c
+                break
+            pot = 0.0
+            for r in range(n):
+                pot += w[r] * min(mind[r], _sqdist(X[r], X[c]))
+            evals += n
+            if pot < best_pot:
+                best, best_pot = c, pot
+        C[i] = X[best]
+        if i < k - 1:
+            for r in range(n):
+                d = _sqdist(X[r], C[i])
+                if d < mind[r]:
+                    mind[r] = d
+            evals += n
+    return evals
+
+
+@nb.njit(cache=True)
 def _assign(X, C, labels, d2):
     """Nearest centre of every row (first on ties) and its squared distance; returns the sum."""
     total = 0.0

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .coreset import importance_sample
-from .kernels import afkmc2_chains, greedy_afkmc2, update_min_sqdist
+from .kernels import afkmc2_chains, greedy_afkmc2, kmeanspp_greedy, update_min_sqdist
 
 
 def _weights(X, weights):
@@ -19,38 +19,15 @@ def _weights(X, weights):
 def kmeanspp(X, k: int, rng: np.random.Generator, weights=None, trials: int = 1):
     """k-means++ seeding on ``X`` (n × d); returns ``(centres (k × d) float64, distance evals)``.
     ``trials > 1``: greedy k-means++ (each centre is the best of ``trials`` D² draws by the
-    potential it leaves, as scikit-learn's); ``1`` is the plain algorithm."""
+    potential it leaves, as scikit-learn's); ``1`` is the plain algorithm.  One numba pass per
+    centre and trial (serial: a fixed summation order)."""
     X = np.ascontiguousarray(X, dtype=np.float32)
     w = _weights(X, weights)
-    n = len(X)
     trials = max(1, int(trials))
     C = np.empty((k, X.shape[1]), dtype=np.float64)
-    C[0] = X[rng.choice(n, p=w / w.sum())]
-    mind = np.full(n, np.inf)
-    update_min_sqdist(X, C[0], mind)
-    evals = n
-    for i in range(1, k):
-        p = w * mind
-        total = p.sum()
-        cand = rng.choice(n, size=trials, p=p / total) if total > 0 else \
-            rng.choice(n, size=trials, p=w / w.sum())
-        if trials == 1:
-            j = int(cand[0])
-        else:  # the draw that leaves the smallest potential
-            best = None
-            for c in cand:
-                m = mind.copy()
-                update_min_sqdist(X, X[c].astype(np.float64), m)
-                pot = float((w * m).sum())
-                if best is None or pot < best[0]:
-                    best = (pot, int(c))
-            j = best[1]
-            evals += n * trials
-        C[i] = X[j]
-        if i < k - 1:
-            update_min_sqdist(X, C[i], mind)
-            evals += n
-    return C, n * (k - 1) if trials == 1 else evals
+    evals = kmeanspp_greedy(X, np.ascontiguousarray(w), k, trials,
+                            rng.random(1 + (k - 1) * trials), C)
+    return C, int(evals)
 
 
 def _chains(c1, cand, q, w, k, m, rng):
