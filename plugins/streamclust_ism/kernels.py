@@ -15,13 +15,23 @@ import numpy as np
 EXP_CUTOFF = 36.7
 
 
+@nb.njit(cache=True, inline="always")
+def _d2(A, i, B, j):
+    """||A_i − B_j||², summed over the columns in order."""
+    d = 0.0
+    for t in range(A.shape[1]):
+        x = A[i, t] - B[j, t]
+        d += x * x
+    return d
+
+
 @nb.njit(parallel=True, cache=True)
 def kernel_degrees(P, inv2s2, K, deg):
     """``K[i, j] = exp(-||P_i − P_j||² · inv2s2)`` (0 beyond ``EXP_CUTOFF``) and
     ``deg[i] = Σ_j K[i, j]``.  Each pair is computed once (rows i and n−1−i go to the same task,
     so the tasks are balanced) and mirrored; the degrees are summed row by row afterwards in a
     fixed order."""
-    n, q = P.shape
+    n = P.shape[0]
     for r in nb.prange((n + 1) // 2):
         r0 = np.int64(r)
         for k in range(2):
@@ -29,11 +39,7 @@ def kernel_degrees(P, inv2s2, K, deg):
             if k == 1 and i == r0:
                 continue
             for j in range(i):
-                d = 0.0
-                for t in range(q):
-                    x = P[i, t] - P[j, t]
-                    d += x * x
-                a = d * inv2s2
+                a = _d2(P, i, P, j) * inv2s2
                 v = math.exp(-a) if a < EXP_CUTOFF else 0.0
                 K[i, j] = v
                 K[j, i] = v
@@ -51,17 +57,13 @@ def cross_kernel(P, Q, inv2s2, dq, Kt, deg):
     ``Kt[i, j] = exp(…) · dq[j] / √deg[i]``.  Entries below ε/2 of the row's largest (exponent
     beyond the row's smallest + ``EXP_CUTOFF``) are 0 without calling exp: they change the
     degree and the row's products by less than m·ε/2 (relative).  Rows whose every entry would
-    underflow (``deg`` = 0) are left at 0; the caller handles them."""
-    n, q = P.shape
-    m = Q.shape[0]
+    underflow (``deg`` = 0) are left at 0; the caller handles them.  ``Kt``'s row holds the
+    exponents until they are replaced."""
+    n, m = P.shape[0], Q.shape[0]
     for i in nb.prange(n):
         amin = np.inf
         for j in range(m):
-            d = 0.0
-            for t in range(q):
-                x = P[i, t] - Q[j, t]
-                d += x * x
-            a = d * inv2s2
+            a = _d2(P, i, Q, j) * inv2s2
             Kt[i, j] = a
             if a < amin:
                 amin = a
@@ -82,15 +84,11 @@ def cross_kernel(P, Q, inv2s2, dq, Kt, deg):
 @nb.njit(parallel=True, cache=True)
 def pair_sqdist(P, out):
     """``out`` (length n(n−1)/2) ← the squared distances of the pairs i > j, row by row."""
-    n, q = P.shape
+    n = P.shape[0]
     for i in nb.prange(1, n):
         base = i * (i - 1) // 2
         for j in range(i):
-            d = 0.0
-            for t in range(q):
-                x = P[i, t] - P[j, t]
-                d += x * x
-            out[base + j] = d
+            out[base + j] = _d2(P, i, P, j)
 
 
 MEDIAN_BINS = 4096
@@ -107,23 +105,27 @@ def _range(v):
     return lo, hi
 
 
+@nb.njit(cache=True, inline="always")
+def _bin(x, lo, scale):
+    """The histogram bin of x (the last bin is closed)."""
+    return min(int((x - lo) * scale), MEDIAN_BINS - 1)
+
+
 @nb.njit(cache=True)
 def _histogram(v, lo, scale, below):
-    """``below[b]`` ← the number of values in the bins before b (the last bin is closed)."""
-    B = below.shape[0] - 1
+    """``below[b]`` ← the number of values in the bins before b."""
     for x in v:
-        below[min(int((x - lo) * scale), B - 1) + 1] += 1
-    for b in range(B):
+        below[_bin(x, lo, scale) + 1] += 1
+    for b in range(MEDIAN_BINS):
         below[b + 1] += below[b]
 
 
 @nb.njit(cache=True)
 def _gather(v, lo, scale, b1, b2, buf):
     """``buf`` ← the values in the bins b1..b2, in their order in ``v``."""
-    B = MEDIAN_BINS
     m = 0
     for x in v:
-        b = min(int((x - lo) * scale), B - 1)
+        b = _bin(x, lo, scale)
         if b >= b1 and b <= b2:
             buf[m] = x
             m += 1

@@ -60,8 +60,8 @@ def top_eigenvectors(M: np.ndarray, c: int, centred: bool = False, start=None):
     with a fixed sign (the largest-magnitude entry of each vector is positive).  Thick-restart
     Lanczos (numba, ``lanczos.py``) above ``LANCZOS_FROM`` rows from a fixed start vector
     (deterministic), dense otherwise or when Lanczos does not converge within
-    ``LANCZOS_BUDGET`` · n products.  ``start``: an n × c guess of the eigenvectors (the previous U), whose sum starts
-    the Lanczos run."""
+    ``LANCZOS_BUDGET`` · n products.  ``start``: an n × c guess of the eigenvectors (the
+    previous U), whose sum starts the Lanczos run."""
     n = len(M)
     if n > LANCZOS_FROM and c < n // 10:
         rng = np.random.default_rng(0)
@@ -97,14 +97,14 @@ def embedding(Kt: np.ndarray, c: int, start=None):
 def phi_taylor(X: np.ndarray, U: np.ndarray, Yc: np.ndarray, lam: float) -> np.ndarray:
     """Φ₀ = Xᵀ (diag(Γ1) − Γ) X for the constant kernel of the Taylor start (W = 0: K̃ = 11ᵀ/n),
     where Γ = (U Uᵀ − λ Yc Ycᵀ)/n has rank ≤ c + c₀: O(nd(c + c₀ + d)), no n × n array."""
-    n = len(X)
-    g = (U @ U.sum(0) - lam * (Yc @ Yc.sum(0))) / n if Yc.shape[1] else U @ U.sum(0) / n
+    g = U @ U.sum(0)  # n · Γ1
     XU = X.T @ U
-    low = XU @ XU.T
+    low = XU @ XU.T  # n · Xᵀ Γ X
     if Yc.shape[1] and lam:
+        g = g - lam * (Yc @ Yc.sum(0))
         XY = X.T @ Yc
         low -= lam * (XY @ XY.T)
-    return X.T @ (g[:, None] * X) - low / n
+    return (X.T @ (g[:, None] * X) - low) / len(X)
 
 
 def phi_terms(Kt: np.ndarray, U: np.ndarray, codes: np.ndarray, p: np.ndarray, lam: float,

@@ -279,7 +279,7 @@ def test_histogram_median_equals_numpy():
     cases = [rng.random(8000), rng.random(7999), np.repeat(rng.random(10), 7), np.zeros(5),
              np.array([3.0]), np.array([2.0, 1.0]), rng.exponential(size=1001) ** 8,
              np.r_[np.zeros(5000), rng.random(3)], np.r_[rng.random(3), np.full(500, 1e300)],
-             np.array([1.0, 1.0 + 1e-310, 1.0 + 2e-310]), np.array([5e-324, 0.0, 1e-323, 0.0])]
+             1.0 + np.spacing(1.0) * np.array([0.0, 3.0, 1.0, 2.0]), np.array([5e-324, 0.0, 1e-323, 0.0])]
     for v in cases:
         assert kn.median(v) == np.median(v)
 
