@@ -317,9 +317,9 @@ class ISM(Algorithm):
     def embed(self, X) -> np.ndarray:
         """Nyström extension of U to new rows (exact for the sample's own rows)."""
         P = ((np.asarray(X, dtype=np.float64) - self.mean_) / self.scale_) @ self.W_
-        Q = np.ascontiguousarray(self.projected_, dtype=np.float64)
-        Kt, deg = np.empty((len(P), len(Q))), np.empty(len(P))
-        kn.cross_kernel(np.ascontiguousarray(P), Q, 1.0 / (2.0 * self.sigma_ ** 2),
+        QT = np.ascontiguousarray(self.projected_.T, dtype=np.float64)
+        Kt, deg = np.empty((len(P), QT.shape[1])), np.empty(len(P))
+        kn.cross_kernel(np.ascontiguousarray(P), QT, 1.0 / (2.0 * self.sigma_ ** 2),
                         np.ascontiguousarray(self.degree_scale_, dtype=np.float64), Kt, deg)
         far = deg <= 1e-300
         E = Kt @ self.extension_ - self.offset_[None, :]

@@ -1,6 +1,12 @@
 """numba kernels of ISM's W-step: the Gaussian kernel of the projected sample with its degrees,
-and Γ = K̃ ∘ (U Uᵀ − λ Yc Ycᵀ) built in one pass without the n × n intermediates (U Uᵀ,
-Yc Ycᵀ, Ψ).  Each row is summed in a fixed order, so results do not depend on the thread count."""
+the Nyström rows of predict, and Γ = K̃ ∘ (U Uᵀ − λ Yc Ycᵀ) built in one pass without the n × n
+intermediates (U Uᵀ, Yc Ycᵀ, Ψ).
+
+The inner loops run over contiguous rows with no branch, so LLVM vectorises them: the points are
+passed transposed (q × n), and exp is ``_expneg``, a polynomial LLVM can vectorise (libm's exp
+cannot be).  Each row is summed in a fixed order, so results do not depend on the thread count.
+Passes that evaluate ``_expneg`` are compiled without ``reassoc`` (``EXACT``): re-association
+would merge the two halves of ln 2 in its argument reduction (6 ulp instead of 1)."""
 from __future__ import annotations
 
 import math
@@ -8,155 +14,195 @@ import math
 import numba as nb
 import numpy as np
 
-
 # exponents beyond this give entries below ε/2 (1.1e-16) of the diagonal's 1: they are set to 0
-# without calling exp (a narrow kernel has most pairs there: 65 % on moon_400x4, the kernel 40 %
-# faster); a degree (≥ 1) changes by less than n·ε/2
+# (a narrow kernel has most pairs there: 60 % on moon_400x4); a degree (≥ 1) changes by less
+# than n·ε/2
 EXP_CUTOFF = 36.7
+# fastmath without re-association (vectorises loops without a reduction; keeps Cody–Waite exact)
+EXACT = {"nnan", "ninf", "nsz", "arcp", "contract", "afn"}
+
+_LN2_HI = 6.93147180369123816490e-01  # ln 2 = _LN2_HI + _LN2_LO; k·_LN2_HI is exact for k < 2¹¹
+_LN2_LO = 1.90821492927058770002e-10
+_INV_LN2 = 1.44269504088896338700e+00
+_SQRT_HALF = 0.70710678118654752440  # exp(−ln 2 / 2)
+_HALF_LN2 = 0.34657359027997264
 
 
 @nb.njit(cache=True, inline="always")
-def _d2(A, i, B, j):
-    """||A_i − B_j||², summed over the columns in order."""
-    d = 0.0
-    for t in range(A.shape[1]):
-        x = A[i, t] - B[j, t]
-        d += x * x
-    return d
+def _expneg(a):
+    """exp(−a) for 0 ≤ a ≤ 44 (≤ 1 ulp from the correctly rounded value when compiled with
+    ``EXACT``), without a branch or a table: exp(−a) = 2^−k · exp(−ln2/2) · exp(−r),
+    a = k ln 2 + ln2/2 + r, |r| ≤ ln2/2, exp(−r) by its degree-14 Taylor polynomial (remainder
+    < 4e-18), 2^−k as a product of the powers selected by k's bits (k < 64)."""
+    k = np.floor(a * _INV_LN2)
+    x = ((k * _LN2_HI - a) + k * _LN2_LO) + _HALF_LN2  # −r
+    p = 1.0 / 87178291200.0
+    p = p * x + 1.0 / 6227020800.0
+    p = p * x + 1.0 / 479001600.0
+    p = p * x + 1.0 / 39916800.0
+    p = p * x + 1.0 / 3628800.0
+    p = p * x + 1.0 / 362880.0
+    p = p * x + 1.0 / 40320.0
+    p = p * x + 1.0 / 5040.0
+    p = p * x + 1.0 / 720.0
+    p = p * x + 1.0 / 120.0
+    p = p * x + 1.0 / 24.0
+    p = p * x + 1.0 / 6.0
+    p = p * x + 0.5
+    p = p * x + 1.0
+    p = p * x + 1.0
+    s = _SQRT_HALF
+    if k >= 32.0:
+        s *= 2.3283064365386963e-10
+        k -= 32.0
+    if k >= 16.0:
+        s *= 1.52587890625e-05
+        k -= 16.0
+    if k >= 8.0:
+        s *= 0.00390625
+        k -= 8.0
+    if k >= 4.0:
+        s *= 0.0625
+        k -= 4.0
+    if k >= 2.0:
+        s *= 0.25
+        k -= 2.0
+    if k >= 1.0:
+        s *= 0.5
+    return p * s
 
 
-@nb.njit(parallel=True, cache=True)
-def kernel_degrees(P, inv2s2, K, deg):
-    """``K[i, j] = exp(-||P_i − P_j||² · inv2s2)`` (0 beyond ``EXP_CUTOFF``) and
-    ``deg[i] = Σ_j K[i, j]``.  Each pair is computed once (rows i and n−1−i go to the same task,
-    so the tasks are balanced) and mirrored; the degrees are summed row by row afterwards in a
-    fixed order."""
-    n = P.shape[0]
+@nb.njit(cache=True, inline="always")
+def paired(r, h, n):
+    """Rows r and n−1−r share a parallel task (r < ⌈n/2⌉), so triangular work is balanced:
+    row r for h = 0, row n−1−r for h = 1, or −1 when that is r again."""
+    r = np.int64(r)
+    i = r if h == 0 else n - 1 - r
+    return -1 if h == 1 and i == r else i
+
+
+@nb.njit(parallel=True, cache=True, fastmath=EXACT)
+def _kernel_lower(PT, inv2s2, K):
+    """The lower triangle and diagonal of K: ``K[i, j] = exp(−‖P_i − P_j‖² · inv2s2)`` for
+    j ≤ i, 0 beyond ``EXP_CUTOFF``.  Rows i and n−1−i go to the same task (balanced)."""
+    q, n = PT.shape
     for r in nb.prange((n + 1) // 2):
-        r0 = np.int64(r)
-        for k in range(2):
-            i = r0 if k == 0 else n - 1 - r0
-            if k == 1 and i == r0:
+        for h in range(2):
+            i = paired(r, h, n)
+            if i < 0:
                 continue
+            row = K[i]
             for j in range(i):
-                a = _d2(P, i, P, j) * inv2s2
-                v = math.exp(-a) if a < EXP_CUTOFF else 0.0
-                K[i, j] = v
-                K[j, i] = v
-            K[i, i] = 1.0
-    for i in nb.prange(n):
+                row[j] = 0.0
+            for t in range(q):
+                pi = PT[t, i]
+                for j in range(i):
+                    x = pi - PT[t, j]
+                    row[j] += x * x
+            for j in range(i):
+                a = row[j] * inv2s2
+                v = _expneg(min(a, EXP_CUTOFF))
+                row[j] = v if a < EXP_CUTOFF else 0.0
+            row[i] = 1.0
+
+
+_TILE = 64
+
+
+@nb.njit(parallel=True, cache=True)
+def _mirror(K):
+    """K's upper triangle ← its lower, by tiles (block rows b and nb−1−b in one task)."""
+    n = K.shape[0]
+    nbk = (n + _TILE - 1) // _TILE
+    for r in nb.prange((nbk + 1) // 2):
+        for h in range(2):
+            bi = paired(r, h, nbk)
+            if bi < 0:
+                continue
+            for bj in range(bi + 1):
+                for j in range(bj * _TILE, min(n, bj * _TILE + _TILE)):
+                    for i in range(max(bi * _TILE, j + 1), min(n, bi * _TILE + _TILE)):
+                        K[j, i] = K[i, j]
+
+
+@nb.njit(parallel=True, cache=True, fastmath=True)
+def _row_sums(K, out):
+    for i in nb.prange(K.shape[0]):
         s = 0.0
-        for j in range(n):
+        for j in range(K.shape[1]):
             s += K[i, j]
-        deg[i] = s
+        out[i] = s
 
 
-@nb.njit(parallel=True, cache=True)
-def cross_kernel(P, Q, inv2s2, dq, Kt, deg):
-    """Nyström rows: ``deg[i] = Σ_j exp(-||P_i − Q_j||² · inv2s2)`` and
-    ``Kt[i, j] = exp(…) · dq[j] / √deg[i]``.  Entries below ε/2 of the row's largest (exponent
-    beyond the row's smallest + ``EXP_CUTOFF``) are 0 without calling exp: they change the
-    degree and the row's products by less than m·ε/2 (relative).  Rows whose every entry would
-    underflow (``deg`` = 0) are left at 0; the caller handles them.  ``Kt``'s row holds the
-    exponents until they are replaced."""
-    n, m = P.shape[0], Q.shape[0]
-    for i in nb.prange(n):
-        amin = np.inf
+def kernel_degrees(PT, inv2s2, K, deg):
+    """``K[i, j] = exp(−‖P_i − P_j‖² · inv2s2)`` (0 beyond ``EXP_CUTOFF``) and
+    ``deg[i] = Σ_j K[i, j]``, for the points P given transposed (``PT``: q × n).  Each pair is
+    computed once, then mirrored."""
+    _kernel_lower(PT, inv2s2, K)
+    _mirror(K)
+    _row_sums(K, deg)
+
+
+@nb.njit(parallel=True, cache=True, fastmath=True)
+def _cross_exponents(P, QT, inv2s2, A, amin):
+    """``A[i, j] = ‖P_i − Q_j‖² · inv2s2`` and ``amin[i]`` its row minimum."""
+    q, m = QT.shape
+    for i in nb.prange(P.shape[0]):
+        row = A[i]
         for j in range(m):
-            a = _d2(P, i, Q, j) * inv2s2
-            Kt[i, j] = a
-            if a < amin:
-                amin = a
-        cut = min(amin + EXP_CUTOFF, 708.0)
-        s = 0.0
-        for j in range(m):
-            a = Kt[i, j]
-            v = math.exp(-a) if a < cut else 0.0
-            Kt[i, j] = v
-            s += v
-        deg[i] = s
-        if s > 1e-300:
-            r = 1.0 / math.sqrt(s)
+            row[j] = 0.0
+        for t in range(q):
+            pi = P[i, t]
             for j in range(m):
-                Kt[i, j] *= dq[j] * r
+                x = pi - QT[t, j]
+                row[j] += x * x
+        lo = np.inf
+        for j in range(m):
+            row[j] *= inv2s2
+            lo = min(lo, row[j])
+        amin[i] = lo
 
 
-@nb.njit(parallel=True, cache=True)
-def pair_sqdist(P, out):
-    """``out`` (length n(n−1)/2) ← the squared distances of the pairs i > j, row by row."""
-    n = P.shape[0]
-    for i in nb.prange(1, n):
-        base = i * (i - 1) // 2
-        for j in range(i):
-            out[base + j] = _d2(P, i, P, j)
+@nb.njit(parallel=True, cache=True, fastmath=EXACT)
+def _shifted_exp(A, amin):
+    """``A[i, j] ← exp(−(A[i, j] − amin[i]))``, 0 beyond ``EXP_CUTOFF`` (≤ 1 at the nearest)."""
+    for i in nb.prange(A.shape[0]):
+        row = A[i]
+        lo = amin[i]
+        for j in range(A.shape[1]):
+            a = row[j] - lo
+            v = _expneg(min(a, EXP_CUTOFF))
+            row[j] = v if a < EXP_CUTOFF else 0.0
 
 
-MEDIAN_BINS = 4096
+@nb.njit(parallel=True, cache=True, fastmath=True)
+def _normalise_rows(E, amin, dq, deg):
+    """``deg[i] = e^−amin[i] Σ_j E[i, j]`` and ``E[i, j] ← E[i, j] e^−amin[i] dq[j] / √deg[i]``;
+    rows whose degree underflows (≤ 1e-300: no sample point within reach) are set to 0."""
+    for i in nb.prange(E.shape[0]):
+        row = E[i]
+        s = 0.0
+        for j in range(E.shape[1]):
+            s += row[j]
+        lo = amin[i]
+        deg[i] = math.exp(-lo) * s if lo < 745.0 else 0.0
+        r = math.exp(-0.5 * lo) / math.sqrt(s) if deg[i] > 1e-300 else 0.0
+        for j in range(E.shape[1]):
+            row[j] *= dq[j] * r
 
 
-@nb.njit(cache=True)
-def _range(v):
-    lo, hi = v[0], v[0]
-    for x in v:
-        if x < lo:
-            lo = x
-        if x > hi:
-            hi = x
-    return lo, hi
-
-
-@nb.njit(cache=True, inline="always")
-def _bin(x, lo, scale):
-    """The histogram bin of x (the last bin is closed)."""
-    return min(int((x - lo) * scale), MEDIAN_BINS - 1)
-
-
-@nb.njit(cache=True)
-def _histogram(v, lo, scale, below):
-    """``below[b]`` ← the number of values in the bins before b."""
-    for x in v:
-        below[_bin(x, lo, scale) + 1] += 1
-    for b in range(MEDIAN_BINS):
-        below[b + 1] += below[b]
-
-
-@nb.njit(cache=True)
-def _gather(v, lo, scale, b1, b2, buf):
-    """``buf`` ← the values in the bins b1..b2, in their order in ``v``."""
-    m = 0
-    for x in v:
-        b = _bin(x, lo, scale)
-        if b >= b1 and b <= b2:
-            buf[m] = x
-            m += 1
-
-
-@nb.njit(cache=True)
-def median(v):
-    """The median of ``v`` (the mean of the two middle values for an even length, as
-    ``np.median``; no NaN): a histogram of ``MEDIAN_BINS`` bins, then a sort of the bins that
-    hold the middle ranks: 0.22 ms for 80 000 values against 0.69 ms for ``np.median``."""
-    N = v.shape[0]
-    lo, hi = _range(v)
-    if lo == hi:
-        return lo
-    scale = MEDIAN_BINS / (hi - lo)
-    if not scale < np.inf:  # a range too small to bin
-        w = np.sort(v)
-        return 0.5 * (w[(N - 1) // 2] + w[N // 2])
-    below = np.zeros(MEDIAN_BINS + 1, np.int64)
-    _histogram(v, lo, scale, below)
-    k1, k2 = (N - 1) // 2, N // 2
-    b1 = 0
-    while below[b1 + 1] <= k1:  # the bin holding rank k1
-        b1 += 1
-    b2 = b1
-    while below[b2 + 1] <= k2:
-        b2 += 1
-    buf = np.empty(below[b2 + 1] - below[b1])
-    _gather(v, lo, scale, b1, b2, buf)
-    buf.sort()
-    return 0.5 * (buf[k1 - below[b1]] + buf[k2 - below[b1]])
+def cross_kernel(P, QT, inv2s2, dq, Kt, deg):
+    """Nyström rows: ``deg[i] = Σ_j exp(−‖P_i − Q_j‖² · inv2s2)`` and
+    ``Kt[i, j] = exp(…) · dq[j] / √deg[i]`` for the sample Q given transposed (``QT``: q × m).
+    Entries below ε/2 of the row's largest (exponent beyond the row's smallest + ``EXP_CUTOFF``)
+    are 0: they change the degree and the row's products by less than m·ε/2 (relative).  The
+    exponentials are taken relative to the row's largest, so no entry underflows before the
+    row's degree does; rows whose degree underflows (``deg`` ≤ 1e-300) are left at 0 for the
+    caller."""
+    amin = np.empty(len(P))
+    _cross_exponents(P, QT, inv2s2, Kt, amin)
+    _shifted_exp(Kt, amin)
+    _normalise_rows(Kt, amin, dq, deg)
 
 
 @nb.njit(parallel=True, cache=True)
@@ -170,36 +216,43 @@ def scale_both(K, dm):
 
 
 @nb.njit(parallel=True, cache=True, fastmath=True)
-def gamma_phi_rows(Kt, U, codes, p, pp, lam, X, GX, rowsum, aq_rows):
+def gamma_phi_rows(Kt, UT, codes, pc, pp, lam, XT, GX, rowsum, aq_rows):
     """One pass over Γ = K̃ ∘ (U Uᵀ − λ Yc Ycᵀ) without storing it: ``rowsum[i] = Σ_j Γ_ij``,
     ``GX[i] = Σ_j Γ_ij X_j`` (for Φ = Xᵀ diag(Γ1) X − Xᵀ Γ X) and
     ``aq_rows[i] = Σ_j K̃_ij (Yc Ycᵀ)_ij``, with the centred one-hot
-    ``Yc_i·Yc_j = [g_i = g_j] − p[g_i] − p[g_j] + Σ p²`` (no given clustering: one code, p = 1,
-    so it is 0).  Zero kernel entries (beyond ``EXP_CUTOFF``) are skipped."""
-    n, c = U.shape
-    d = X.shape[1]
+    ``Yc_i·Yc_j = [g_i = g_j] − p_i − p_j + Σ p²`` (``pc``: the proportion of each row's given
+    cluster; no given clustering: one code, p = 1, so it is 0).  U and X are passed transposed
+    (``UT``: c × n, ``XT``: d × n); Γ's row lives in a buffer of n."""
+    c, n = UT.shape
+    d = XT.shape[0]
     for i in nb.prange(n):
+        g = np.empty(n)
+        row = Kt[i]
+        ui = UT[0, i]
+        for j in range(n):
+            g[j] = ui * UT[0, j]
+        for t in range(1, c):
+            ui = UT[t, i]
+            for j in range(n):
+                g[j] += ui * UT[t, j]
+        gi = codes[i]
+        base = pp - pc[i]
         s = 0.0
         a = 0.0
-        gi = codes[i]
-        for t in range(d):
-            GX[i, t] = 0.0
         for j in range(n):
-            k = Kt[i, j]
-            if k == 0.0:
-                continue
-            u = 0.0
-            for t in range(c):
-                u += U[i, t] * U[j, t]
-            gj = codes[j]
-            y = (1.0 if gi == gj else 0.0) - p[gi] - p[gj] + pp
-            v = k * (u - lam * y)
+            y = (1.0 if codes[j] == gi else 0.0) + base - pc[j]
+            k = row[j]
+            v = k * (g[j] - lam * y)
             s += v
             a += k * y
-            for t in range(d):
-                GX[i, t] += v * X[j, t]
+            g[j] = v
         rowsum[i] = s
         aq_rows[i] = a
+        for t in range(d):
+            x = 0.0
+            for j in range(n):
+                x += g[j] * XT[t, j]
+            GX[i, t] = x
 
 
 def codes_and_proportions(given: np.ndarray):

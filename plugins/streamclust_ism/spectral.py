@@ -10,6 +10,7 @@ from scipy.linalg import eigh
 
 from . import kernels as kn
 from . import lanczos as lz
+from . import median as md
 
 LANCZOS_FROM = 100  # above this many rows the U-step uses Lanczos for the top c
 EIG_TOL = 1e-8  # Lanczos: residual ≤ EIG_TOL · |eigenvalue| (U changes are judged at 1e-3)
@@ -34,16 +35,16 @@ def median_distance(P: np.ndarray) -> float:
     if n < 2:
         return 1.0
     d2 = np.empty(n * (n - 1) // 2)
-    kn.pair_sqdist(np.ascontiguousarray(P, dtype=np.float64), d2)
-    return float(np.sqrt(kn.median(d2)))
+    md.pair_sqdist(np.ascontiguousarray(P.T, dtype=np.float64), d2)
+    return float(np.sqrt(md.median(d2)))
 
 
 def normalized_kernel(P: np.ndarray, sigma: float):
     """``(K̃, dm)`` for the Gaussian kernel of the rows of P, built and normalised in place."""
-    P = np.ascontiguousarray(P, dtype=np.float64)
     n = len(P)
     K, deg = np.empty((n, n)), np.empty(n)
-    kn.kernel_degrees(P, 1.0 / (2.0 * sigma * sigma), K, deg)
+    kn.kernel_degrees(np.ascontiguousarray(P.T, dtype=np.float64), 1.0 / (2.0 * sigma * sigma),
+                      K, deg)
     dm = 1.0 / np.sqrt(deg)
     kn.scale_both(K, dm)
     return K, dm
@@ -115,8 +116,8 @@ def phi_terms(Kt: np.ndarray, U: np.ndarray, codes: np.ndarray, p: np.ndarray, l
     ``p``), f = Σ Γ = Tr(Uᵀ K̃ U) − λ Tr(Ycᵀ K̃ Yc) (the objective) and AQ = Tr(Ycᵀ K̃ Yc)."""
     n, d = X.shape
     GX, rowsum, aq_rows = np.empty((n, d)), np.empty(n), np.empty(n)
-    kn.gamma_phi_rows(Kt, np.ascontiguousarray(U), codes, p, float(p @ p), float(lam),
-                      np.ascontiguousarray(X), GX, rowsum, aq_rows)
+    kn.gamma_phi_rows(Kt, np.ascontiguousarray(U.T), codes, p[codes], float(p @ p), float(lam),
+                      np.ascontiguousarray(X.T), GX, rowsum, aq_rows)
     Phi = X.T @ (rowsum[:, None] * X) - X.T @ GX
     return 0.5 * (Phi + Phi.T), float(rowsum.sum()), float(aq_rows.sum())
 

@@ -11,6 +11,7 @@ import streamclust
 from streamclust.errors import DataError
 from streamclust.metrics import nmi
 from streamclust_ism import kernels as kn
+from streamclust_ism import median as md
 from streamclust_ism import spectral as sp
 from streamclust_ism.synthetic import moons_and_gaussians
 
@@ -281,7 +282,7 @@ def test_histogram_median_equals_numpy():
              np.r_[np.zeros(5000), rng.random(3)], np.r_[rng.random(3), np.full(500, 1e300)],
              1.0 + np.spacing(1.0) * np.array([0.0, 3.0, 1.0, 2.0]), np.array([5e-324, 0.0, 1e-323, 0.0])]
     for v in cases:
-        assert kn.median(v) == np.median(v)
+        assert md.median(v) == np.median(v)
 
 
 def test_warm_started_lanczos_finds_the_same_eigenvectors():
@@ -323,3 +324,34 @@ def test_normalize_makes_the_fit_and_predict_scale_free():
                          progress=False)
     np.testing.assert_array_equal(m.predict(X * scale[::-1]), m2.predict(X * scale[::-1]))
     np.testing.assert_array_equal(m.predict(X), m.predict(X * scale))
+
+
+def test_vectorised_exp_is_within_an_ulp_of_numpy():
+    """The kernel's branch-free exp (the pass as compiled for the kernels) against np.exp on a
+    fine grid of exponents, and exact zeros beyond the cut-off."""
+    a = np.linspace(0.0, kn.EXP_CUTOFF, 400_001)
+    A = np.r_[a, kn.EXP_CUTOFF, 40.0, 1e6].reshape(1, -1).copy()
+    kn._shifted_exp(A, np.zeros(1))
+    ref = np.exp(-a)
+    assert np.abs(A[0, :len(a) - 1] / ref[:-1] - 1.0).max() <= 1.5 * np.finfo(float).eps
+    assert (A[0, len(a):] == 0.0).all()
+
+
+def test_nystrom_rows_against_numpy():
+    """Predict's kernel rows, including rows far from the sample (every entry below 1e-260,
+    computed relative to the row's largest) and a row beyond reach (degree underflows: 0)."""
+    rng = np.random.default_rng(11)
+    Q = rng.normal(size=(150, 2))
+    P = np.r_[rng.normal(size=(20, 2)), [[30.0, 0.0]], [[1e3, 0.0]]]
+    inv = 1.0 / (2 * 0.8 ** 2)
+    dq = rng.uniform(0.5, 2.0, len(Q))
+    Kt, deg = np.empty((len(P), len(Q))), np.empty(len(P))
+    kn.cross_kernel(P, np.ascontiguousarray(Q.T), inv, dq, Kt, deg)
+    A = sp.sqdist(P, Q) * inv
+    E = np.exp(-A)  # np.exp is exact enough here: the far row's exponents are about 600–700
+    assert 500 < A[20].min() < 700
+    for i in range(21):
+        ref = E[i] * dq / np.sqrt(E[i].sum())
+        np.testing.assert_allclose(Kt[i], ref, rtol=1e-12, atol=1e-15 * ref.max())
+        assert deg[i] == pytest.approx(E[i].sum(), rel=1e-12)
+    assert deg[21] == 0.0 and (Kt[21] == 0).all()
