@@ -14,23 +14,52 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from .kernels import paired
+
 EPS23 = np.finfo(np.float64).eps ** (2.0 / 3.0)
 
 
+TASKS = 8  # the product's fixed split of the rows (each task with its own accumulator)
+
+
 @nb.njit(parallel=True, cache=True, fastmath=True)
-def _apply(M, x, y, centred):
-    """``y = M x``, or with ``centred`` ``y = H M H x`` (H = I − 11ᵀ/n) without forming H M H."""
+def _apply(M, x, y, centred, acc):
+    """``y = M x``, or with ``centred`` ``y = H M H x`` (H = I − 11ᵀ/n) without forming H M H,
+    reading only M's lower triangle: row i gives y_i its Σ_{j≤i} M_ij x_j and every y_j (j < i)
+    its M_ij x_i, into the task's accumulator (``acc``: TASKS × n), summed in a fixed order
+    afterwards.  Half the memory traffic of a full product: ×2 at n = 1000 and 2000, where M no
+    longer fits the cache; equal at 400."""
     n = M.shape[0]
     xm = 0.0
     if centred:
         for j in range(n):
             xm += x[j]
         xm /= n
-    for i in nb.prange(n):
-        s = 0.0
+    xc = np.empty(n)
+    for j in range(n):
+        xc[j] = x[j] - xm
+    R = (n + 1) // 2
+    for c in nb.prange(TASKS):
+        a = acc[c]
         for j in range(n):
-            s += M[i, j] * (x[j] - xm)
-        y[i] = s
+            a[j] = 0.0
+        for r in range(R * c // TASKS, R * (c + 1) // TASKS):
+            for h in range(2):
+                i = paired(r, h, n)
+                if i < 0:
+                    continue
+                row = M[i]
+                xi = xc[i]
+                s = row[i] * xi
+                for j in range(i):
+                    s += row[j] * xc[j]
+                    a[j] += row[j] * xi
+                a[i] += s
+    for j in range(n):
+        s = 0.0
+        for c in range(TASKS):
+            s += acc[c, j]
+        y[j] = s
     if centred:
         ym = 0.0
         for i in range(n):
@@ -73,8 +102,8 @@ def _converged(theta, S, size, beta, c, tol):
 
 @nb.njit(cache=True)
 def top_eigenpairs(M, c, v0, spare, centred, tol, m, keep, max_cycles, check, w_out, V_out):
-    """The ``c`` largest eigenpairs of the symmetric ``M`` (``centred``: of H M H), largest
-    first, into ``w_out`` (c) and the rows of ``V_out`` (c × n).  ``v0``: start vector (n);
+    """The ``c`` largest eigenpairs of the symmetric ``M`` (``centred``: of H M H; only M's
+    lower triangle is read), largest first, into ``w_out`` (c) and the rows of ``V_out`` (c × n).  ``v0``: start vector (n);
     ``spare``: rows of random vectors used when the Krylov space becomes invariant; basis size
     ``m`` > ``keep`` ≥ c; convergence is also checked every ``check`` steps within a cycle (a
     good start converges before the basis is full).  The projection T = Vᵀ A V is assembled
@@ -85,6 +114,7 @@ def top_eigenpairs(M, c, v0, spare, centred, tol, m, keep, max_cycles, check, w_
     T = np.zeros((m, m))
     h = np.empty(m + 1)
     w = np.empty(n)
+    acc = np.empty((TASKS, n))
     x = v0.copy()
     if centred:
         x -= x.mean()
@@ -95,7 +125,7 @@ def top_eigenpairs(M, c, v0, spare, centred, tol, m, keep, max_cycles, check, w_
     fresh = False
     for _ in range(max_cycles):
         for j in range(k, m):
-            _apply(M, V[j], w, centred)
+            _apply(M, V[j], w, centred, acc)
             products += 1
             norm_w = np.sqrt(np.sum(w * w))
             beta = _orthogonalise(V, j, w, h)

@@ -83,10 +83,18 @@ def _gather(v, lo, scale, b1, b2, offsets, buf):
 @nb.njit(cache=True)
 def median(v):
     """The median of ``v`` (the mean of the two middle values for an even length, as
-    ``np.median``; no NaN): a histogram of ``MEDIAN_BINS`` bins, then a sort of the bins that
-    hold the middle ranks."""
-    N = v.shape[0]
+    ``np.median``; no NaN)."""
     lo, hi = _range(v)
+    return median_within(v, lo, hi)
+
+
+@nb.njit(cache=True)
+def median_within(v, lo, hi):
+    """The median of ``v`` whose values all lie in [lo, hi] (``hi`` may be a bound above the
+    largest: the pair median passes the bounding box's diagonal, which saves a pass): a
+    histogram of ``MEDIAN_BINS`` bins over [lo, hi], then a sort of the bins that hold the
+    middle ranks."""
+    N = v.shape[0]
     if lo == hi:
         return lo
     scale = MEDIAN_BINS / (hi - lo)

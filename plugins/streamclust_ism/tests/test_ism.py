@@ -194,6 +194,31 @@ def test_u_step_falls_back_when_lanczos_does_not_converge(monkeypatch):
     np.testing.assert_allclose(np.abs(U2.T @ U), np.eye(2), atol=1e-6)
 
 
+def test_dense_u_step_survives_lapack_returning_fewer_pairs(monkeypatch):
+    """dsyevr returned 0 of 4 requested pairs, without an error, on WebKB's kernel (37 equal
+    top eigenvalues, one BLAS thread): the U-step then takes the full solver's top pairs."""
+    rng = np.random.default_rng(2)
+    Kt, _ = sp.normalized_kernel(rng.normal(size=(60, 3)), 1.0)  # below LANCZOS_FROM: dense
+    full = sp.eigh
+
+    def short(A, subset_by_index=None, **kw):
+        w, V = full(A, subset_by_index=subset_by_index, **kw)
+        return (w[:0], V[:, :0]) if subset_by_index else (w, V)
+    monkeypatch.setattr(sp, "eigh", short)
+    U, w = sp.embedding(Kt, 3)
+    w_ref = np.linalg.eigvalsh(sp.centre(Kt))[::-1][:3]
+    np.testing.assert_allclose(w, w_ref, rtol=1e-10)
+    assert U.shape == (60, 3)
+
+
+def test_webkb_automatic_settings_complete():
+    """The automatic σ on WebKB leaves dozens of disconnected components (equal top
+    eigenvalues): Lanczos gives up and the dense solver must still return c pairs."""
+    X, yg, ya = _ism_set("webkb_1041x139")
+    m = streamclust.fit(_table(X, yg), "ism", 4, given="given", progress=False)
+    assert m.history[-1]["converged"] and len(np.unique(m.predict(X))) == 4
+
+
 @pytest.mark.parametrize("c,sigma", [(2, 0.15), (5, 0.3), (8, 1.0)])
 def test_lanczos_on_clustered_eigenvalues(c, sigma):
     """The thick-restart Lanczos against LAPACK's full eigh.  The narrow kernel on two moons has
@@ -283,6 +308,8 @@ def test_histogram_median_equals_numpy():
              1.0 + np.spacing(1.0) * np.array([0.0, 3.0, 1.0, 2.0]), np.array([5e-324, 0.0, 1e-323, 0.0])]
     for v in cases:
         assert md.median(v) == np.median(v)
+        if v.min() >= 0:  # a loose upper bound (the pair median's box diagonal) is as exact
+            assert md.median_within(v, 0.0, 3.0 * v.max()) == np.median(v)
 
 
 def test_warm_started_lanczos_finds_the_same_eigenvectors():
