@@ -1,4 +1,5 @@
 import sys
+import time
 import types
 
 import pytest
@@ -108,3 +109,32 @@ def test_register_sources_hook_collected():
         registry.add(opener)
     mod.streamclust_register_sources = streamclust_register_sources
     assert opener in PluginHost(extra_plugins=[mod]).source_openers
+
+
+def test_a_plugin_installed_mid_process_is_found(tmp_path, monkeypatch):
+    """Entry points are cached per process, but a distribution that appears on ``sys.path``
+    (a new path entry, or a new ``.dist-info`` in a known one) is seen by the next host."""
+    (tmp_path / "late_plugin.py").write_text(
+        "import streamclust\n"
+        "class Late(streamclust.Algorithm):\n"
+        "    name = 'late'\n"
+        "@streamclust.hookimpl\n"
+        "def streamclust_register_algorithms(registry):\n"
+        "    registry.add(Late)\n")
+
+    def install(dist, module):
+        info = tmp_path / f"{dist}-1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
+        (info / "entry_points.txt").write_text(f"[streamclust]\n{dist} = {module}\n")
+
+    assert "late" not in PluginHost().algorithms
+    install("late-plugin", "late_plugin")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    host = PluginHost()
+    assert host.providers.get("late") == "late-plugin"
+    (tmp_path / "later_plugin.py").write_text(
+        (tmp_path / "late_plugin.py").read_text().replace("'late'", "'later'").replace("Late", "Later"))
+    time.sleep(0.05)  # past the file system's timestamp granularity
+    install("later-plugin", "later_plugin")
+    assert host.providers.get("later") is None and PluginHost().providers.get("later") == "later-plugin"
