@@ -299,7 +299,6 @@ class ISM(Algorithm):
                 extras["novelty"] = nmi(self._given, self.labels_)
             if self._truth is not None:
                 extras["nmi_truth"] = nmi(self._truth, self.labels_)
-            self._spare = None  # the fit is done: free the buffer
             agree = self.predict(self._sample_rows()).labels
             extras["predict_agreement"] = float((agree == self.labels_).mean())
             converged = True
@@ -312,7 +311,9 @@ class ISM(Algorithm):
         return (self._X * self.scale_ + self.mean_).astype(np.float32)
 
     def _finish_labels(self):
-        """k-means on the row-normalised U, and what prediction needs."""
+        """k-means on the row-normalised U, and what prediction needs (at the end of the fit,
+        also when ``max_epochs`` stops it: the spare kernel buffer is freed)."""
+        self._spare = None
         U = self.U_
         V = U / np.maximum(np.linalg.norm(U, axis=1, keepdims=True), 1e-300)
         rng = np.random.default_rng([self.seed, 0x15A])

@@ -81,24 +81,31 @@ def paired(r, h, n):
     return -1 if h == 1 and i == r else i
 
 
+@nb.njit(cache=True, inline="always")
+def sqdist_row(p, QT, row):
+    """``row[j] = ‖p − Q_j‖²`` for j < len(row), Q given transposed (``QT``: q × m), summed
+    over the coordinates in order; one contiguous loop per coordinate (vectorised)."""
+    for j in range(row.shape[0]):
+        row[j] = 0.0
+    for t in range(QT.shape[0]):
+        pt = p[t]
+        for j in range(row.shape[0]):
+            x = pt - QT[t, j]
+            row[j] += x * x
+
+
 @nb.njit(parallel=True, cache=True, fastmath=EXACT)
 def _kernel_lower(PT, inv2s2, K):
     """The lower triangle and diagonal of K: ``K[i, j] = exp(−‖P_i − P_j‖² · inv2s2)`` for
     j ≤ i, 0 beyond ``EXP_CUTOFF``.  Rows i and n−1−i go to the same task (balanced)."""
-    q, n = PT.shape
+    n = PT.shape[1]
     for r in nb.prange((n + 1) // 2):
         for h in range(2):
             i = paired(r, h, n)
             if i < 0:
                 continue
             row = K[i]
-            for j in range(i):
-                row[j] = 0.0
-            for t in range(q):
-                pi = PT[t, i]
-                for j in range(i):
-                    x = pi - PT[t, j]
-                    row[j] += x * x
+            sqdist_row(PT[:, i], PT, row[:i])
             for j in range(i):
                 a = row[j] * inv2s2
                 v = _expneg(min(a, EXP_CUTOFF))
@@ -146,16 +153,10 @@ def kernel_degrees(PT, inv2s2, K, deg):
 @nb.njit(parallel=True, cache=True, fastmath=True)
 def _cross_exponents(P, QT, inv2s2, A, amin):
     """``A[i, j] = ‖P_i − Q_j‖² · inv2s2`` and ``amin[i]`` its row minimum."""
-    q, m = QT.shape
+    m = QT.shape[1]
     for i in nb.prange(P.shape[0]):
         row = A[i]
-        for j in range(m):
-            row[j] = 0.0
-        for t in range(q):
-            pi = P[i, t]
-            for j in range(m):
-                x = pi - QT[t, j]
-                row[j] += x * x
+        sqdist_row(P[i], QT, row)
         lo = np.inf
         for j in range(m):
             row[j] *= inv2s2

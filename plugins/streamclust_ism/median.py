@@ -7,7 +7,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from .kernels import paired
+from .kernels import paired, sqdist_row
 
 MEDIAN_BINS = 4096
 _CHUNKS = 8  # the histogram pass's parallel chunks (each with its own histogram)
@@ -17,20 +17,14 @@ _CHUNKS = 8  # the histogram pass's parallel chunks (each with its own histogram
 def pair_sqdist(PT, out):
     """``out`` (length n(n−1)/2) ← the squared distances of the pairs i > j, row by row, for the
     points given transposed (``PT``: q × n)."""
-    q, n = PT.shape
+    n = PT.shape[1]
     for r in nb.prange((n + 1) // 2):
         for h in range(2):
             i = paired(r, h, n)
             if i < 1:  # row 0 has no pair j < i
                 continue
             base = i * (i - 1) // 2
-            for j in range(i):
-                out[base + j] = 0.0
-            for t in range(q):
-                pi = PT[t, i]
-                for j in range(i):
-                    x = pi - PT[t, j]
-                    out[base + j] += x * x
+            sqdist_row(PT[:, i], PT, out[base:base + i])
 
 
 @nb.njit(cache=True, inline="always")
