@@ -12,6 +12,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from .atomic import atomic_json
 from .columns import COLUMNS_META, ColumnCollector
 from .errors import DataError
 from .sources import Batch, Data
@@ -19,12 +20,6 @@ from .sources import Batch, Data
 CACHE_FILE = "features.f32"
 CACHE_META = "features.json"
 
-
-def _atomic_json(path: str, obj) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1)
-    os.replace(tmp, path)
 
 
 class FeatureCache:
@@ -46,9 +41,13 @@ class FeatureCache:
     def skipped(self) -> int:
         return int(self.meta.get("skipped", 0))
 
+    def rows(self, start: int, stop: int) -> Batch:
+        """Rows ``start .. stop`` as a :class:`Batch` (a view of the memory map)."""
+        return Batch(start, self.X[start:stop])
+
     def iter_batches(self, batch_size: int) -> Iterator[Batch]:
         for s in range(0, self.n_rows, batch_size):
-            yield Batch(s, self.X[s:s + batch_size])
+            yield self.rows(s, s + batch_size)
 
     def take(self, row_ids) -> np.ndarray:
         """A float32 copy of the given rows (random access through the memory map)."""
@@ -113,10 +112,10 @@ class FeatureCache:
             raise DataError(f"{data.source.name}: the data set is empty"
                             + (f" ({skipped} rows skipped as invalid)" if skipped else ""))
         if columns:
-            _atomic_json(os.path.join(work_dir, COLUMNS_META), collector.write(work_dir))
+            atomic_json(os.path.join(work_dir, COLUMNS_META), collector.write(work_dir))
         os.replace(tmp, path)
         meta = dict(key, n_rows=n, skipped=skipped, source_rows=n_source)
-        _atomic_json(os.path.join(work_dir, CACHE_META), meta)
+        atomic_json(os.path.join(work_dir, CACHE_META), meta)
         return cls.open(work_dir)
 
 

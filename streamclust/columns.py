@@ -13,6 +13,7 @@ import os
 import numpy as np
 import pyarrow as pa
 
+from .atomic import atomic_save_npy
 from .errors import DataError
 
 COLUMNS_META = "columns.json"
@@ -57,10 +58,7 @@ class ColumnCollector:
             enc = arr.dictionary_encode()
             idx = enc.indices
             codes = np.asarray(idx.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
-            path = os.path.join(work_dir, f"column_{n}.npy")
-            tmp = path + ".tmp.npy"
-            np.save(tmp, codes)
-            os.replace(tmp, path)
+            atomic_save_npy(os.path.join(work_dir, f"column_{n}.npy"), codes)
             meta[n] = {"values": [_jsonable_value(v) for v in enc.dictionary.to_pylist()],
                        "nulls": int(idx.null_count)}
         self.chunks = {}

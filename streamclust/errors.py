@@ -19,7 +19,3 @@ class ModelError(StreamclustError):
 
 class PluginError(StreamclustError):
     """A plugin that fails to import, or two algorithms with one name."""
-
-
-class WorkDirError(StreamclustError):
-    """A work directory that cannot be used."""

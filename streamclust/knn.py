@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .atomic import atomic_json, atomic_save_npy
 from .cache import FeatureCache
 from .errors import DataError, ParameterError
 from .executor import n_threads
@@ -85,10 +86,7 @@ class KNNGraph:
     def save(self, directory: str) -> None:
         os.makedirs(directory, exist_ok=True)
         for name, arr in (("ids", self.ids), ("distances", self.distances)):
-            path = os.path.join(directory, f"graph_{name}.npy")
-            tmp = path + ".tmp.npy"
-            np.save(tmp, arr)
-            os.replace(tmp, path)
+            atomic_save_npy(os.path.join(directory, f"graph_{name}.npy"), arr)
 
     @classmethod
     def load(cls, directory: str) -> "KNNGraph":
@@ -286,10 +284,7 @@ def build_graph(cache: FeatureCache, n_neighbors: int, directory: str, *, shard_
                    os.path.join(directory, f"graph_{name}.npy"))
     meta = dict(settings, n_rows=n, cache=fingerprint, rows_hash=rows_hash(cache.X, n, batch_size),
                 shards=[list(r) for r in shards_old + ranges])
-    tmp = meta_path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(meta, f, indent=1)
-    os.replace(tmp, meta_path)
+    atomic_json(meta_path, meta)
     graph = KNNGraph.load(directory)
     graph.status = "appended" if old else "built"
     return graph

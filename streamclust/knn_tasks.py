@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 
+from .atomic import atomic_path
 from .errors import DataError
 
 
@@ -36,8 +37,8 @@ def build_shard(X, start, stop, settings, batch_size, progress=None):
 
 
 def save_index(index, path: str) -> None:
-    index.save_index(path + ".tmp")
-    os.replace(path + ".tmp", path)
+    with atomic_path(path) as tmp:
+        index.save_index(tmp)
 
 
 def build_shard_file(source, start, stop, settings, batch_size, path) -> int:

@@ -1,17 +1,67 @@
-"""Clustering metrics from a contingency table (so that they can be accumulated in a stream):
-NMI (arithmetic normalisation, as scikit-learn's default) and ACC (Hungarian matching)."""
+"""Clustering metrics from one contingency table, so that they can be accumulated in a stream:
+NMI (arithmetic normalisation, as scikit-learn's default), ACC (one-to-one Hungarian matching),
+purity (each cluster votes for its majority class), and the quantisation error."""
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
+
+
+class Contingency:
+    """A classes × clusters count table filled batch by batch.
+
+    ``add(truth, pred)`` takes any hashable class values (strings, ints; a class seen in one batch
+    keeps its row in later ones) and integer cluster labels in ``[0, n_clusters)``; -1 ("none")
+    counts in an extra last column.  ``add_codes(codes, pred)`` takes class codes that are already
+    integers ``>= 0`` (-1: unlabelled, skipped).  ``table`` is the int64 array.
+    """
+
+    def __init__(self, n_clusters: int):
+        self.n_clusters = int(n_clusters)
+        self.classes: dict = {}
+        self.table = np.zeros((0, self.n_clusters + 1), dtype=np.int64)
+
+    def _grow(self, n_classes: int) -> None:
+        if n_classes > self.table.shape[0]:
+            extra = np.zeros((n_classes - self.table.shape[0], self.table.shape[1]), np.int64)
+            self.table = np.vstack([self.table, extra])
+
+    def add_codes(self, codes, pred) -> None:
+        codes = np.asarray(codes, dtype=np.int64)
+        pred = np.asarray(pred, dtype=np.int64)
+        keep = codes >= 0
+        codes, pred = codes[keep], pred[keep]
+        self._grow(int(codes.max(initial=-1)) + 1)
+        np.add.at(self.table, (codes, np.where(pred < 0, self.n_clusters, pred)), 1)
+
+    def add(self, truth, pred) -> None:
+        truth = np.asarray(truth)
+        if len(truth) == 0:
+            return
+        uniq, inv = np.unique(truth, return_inverse=True)  # map the distinct classes once
+        codes = np.array([self.classes.setdefault(u, len(self.classes)) for u in uniq.tolist()],
+                         dtype=np.int64)
+        self.add_codes(codes[inv.reshape(-1)], pred)
+
+    @classmethod
+    def of(cls, labels_true, labels_pred) -> "Contingency":
+        """The table of two whole label arrays (clusters may be any integers or values)."""
+        _, p = np.unique(np.asarray(labels_pred), return_inverse=True)
+        c = cls(int(p.max(initial=-1)) + 1)
+        c.add(labels_true, p.reshape(-1))
+        return c
+
+    def nmi(self) -> float:
+        return nmi_from_contingency(self.table)
+
+    def acc(self) -> float:
+        return acc_from_contingency(self.table)
+
+    def purity(self) -> float:
+        return purity_from_contingency(self.table)
 
 
 def contingency(labels_true, labels_pred) -> np.ndarray:
-    _, t = np.unique(np.asarray(labels_true), return_inverse=True)
-    _, p = np.unique(np.asarray(labels_pred), return_inverse=True)
-    C = np.zeros((t.max(initial=-1) + 1, p.max(initial=-1) + 1), dtype=np.int64)
-    np.add.at(C, (t, p), 1)
-    return C
+    return Contingency.of(labels_true, labels_pred).table
 
 
 def _entropy(counts: np.ndarray) -> float:
@@ -36,6 +86,7 @@ def nmi_from_contingency(C: np.ndarray) -> float:
 
 
 def acc_from_contingency(C: np.ndarray) -> float:
+    from scipy.optimize import linear_sum_assignment  # ~0.3 s to import: only when needed
     C = np.asarray(C)
     n = C.sum()
     if n == 0:
@@ -44,12 +95,24 @@ def acc_from_contingency(C: np.ndarray) -> float:
     return float(C[r, c].sum() / n)
 
 
+def purity_from_contingency(C: np.ndarray) -> float:
+    """Share of rows in their cluster's majority class (many-to-one; 1 − the clustering error
+    of the NCutEmb slides)."""
+    C = np.asarray(C)
+    n = C.sum()
+    return float(C.max(axis=0, initial=0).sum() / n) if n else 0.0
+
+
 def nmi(labels_true, labels_pred) -> float:
-    return nmi_from_contingency(contingency(labels_true, labels_pred))
+    return Contingency.of(labels_true, labels_pred).nmi()
 
 
 def accuracy(labels_true, labels_pred) -> float:
-    return acc_from_contingency(contingency(labels_true, labels_pred))
+    return Contingency.of(labels_true, labels_pred).acc()
+
+
+def purity(labels_true, labels_pred) -> float:
+    return Contingency.of(labels_true, labels_pred).purity()
 
 
 def quantization_error(X, centers, chunk: int = 8192) -> float:

@@ -1,5 +1,4 @@
 """Coreset and seeding against exact distributions and brute force."""
-import os
 import contextlib
 import tempfile
 

@@ -32,10 +32,8 @@ import numba
 import numpy as np
 
 from streamclust import Algorithm, Assignment, EpochReport, Param, Requirements
-from streamclust.distances import nearest_center
-from streamclust.errors import ParameterError
-from streamclust.executor import weights_of
-from streamclust.summaries import afkmc2, afkmc2_stream, afkmc2_trials, kmeanspp
+from streamclust.toolkit import (NON_NEGATIVE, POSITIVE, ParameterError, afkmc2, afkmc2_stream,
+                                 afkmc2_trials, at_least, kmeanspp, nearest_center, weights_of)
 
 from .kernels import Accum, EStepConfig, GMMParams, SimRows, estep, posterior
 from .similarity import PairSums, dense_to_rows, pairs_to_rows
@@ -43,12 +41,6 @@ from .similarity import PairSums, dense_to_rows, pairs_to_rows
 DENSE_S_MAX = 2048
 
 
-def _pos(v):
-    return v > 0
-
-
-def _nonneg(v):
-    return v >= 0
 
 
 def estep_step(batch, state, params):
@@ -75,18 +67,19 @@ class DGMM(Algorithm):
 
     name = "dgmm"
     version = "1"
+    soft_predict = True
     params = {
-        "truncation": Param(5, int, "H: clusters kept per row", (_pos, "must be >= 1")),
+        "truncation": Param(5, int, "H: clusters kept per row", at_least(1)),
         "candidates": Param(5, int, "R: new candidate clusters drawn per row and epoch",
-                            (_nonneg, "must be >= 0")),
+                            NON_NEGATIVE),
         "coreset_size": Param(0, int, "N': lightweight coreset size (0: the full data)",
-                              (_nonneg, "must be >= 0")),
-        "chain_length": Param(5, int, "AFK-MC2 Markov chain length m", (_pos, "must be >= 1")),
+                              NON_NEGATIVE),
+        "chain_length": Param(5, int, "AFK-MC2 Markov chain length m", at_least(1)),
         "seeding_trials": Param(0, int, "AFK-MC2 chains per centre, keeping the one that lowers "
                                 "the potential most (0: auto, summaries.afkmc2_trials; 1: the "
                                 "paper's plain AFK-MC2)",
-                                (_nonneg, "must be >= 0")),
-        "tol": Param(1e-3, float, "stop when |ΔF/F| < tol", (_pos, "must be > 0")),
+                                NON_NEGATIVE),
+        "tol": Param(1e-3, float, "stop when |ΔF/F| < tol", POSITIVE),
         "init": Param("afkmc2", str, "seeding of the means", choices=("afkmc2", "kmeans++")),
         "sigma2_init": Param("hard", str, "first E-step: 'hard' assignments to the nearest "
                              "candidate (σ² → 0; σ² then comes from the M-step), or 'variance' "
@@ -94,7 +87,7 @@ class DGMM(Algorithm):
         "similarity": Param("auto", str, "S storage: dense M×M, sparse pair sums, or auto "
                             f"(dense up to M={DENSE_S_MAX})", choices=("auto", "dense", "sparse")),
         "similarity_top": Param(64, int, "entries kept per row of a sparse S for sampling",
-                                (_pos, "must be >= 1")),
+                                at_least(1)),
     }
     contract_params = {"coreset_size": 0}
 

@@ -5,7 +5,7 @@ from collections import namedtuple
 import numba as nb
 import numpy as np
 
-from streamclust.rng import rng_below, rng_init, rng_uniform
+from streamclust.toolkit import rng_below, rng_init, rng_uniform, sqdist
 
 #: H, R, seed, epoch, first global row id of the batch, dense S (1) or pair lists (0), hard
 #: posteriors (the σ² → 0 limit: all mass on the nearest candidate)
@@ -66,15 +66,6 @@ def _draw_from_row(s, sim, row, cand, nc):
     return s, last
 
 
-@nb.njit(cache=True, inline="always")
-def _sqdist(x, mu):
-    acc = 0.0
-    for j in range(x.shape[0]):
-        t = np.float64(x[j]) - mu[j]
-        acc += t * t
-    return acc
-
-
 @nb.njit(cache=True)
 def _row(i, t, X, w, K, prm, sim, cfg, acc, cand, dist, e):
     M = prm.means.shape[0]
@@ -97,7 +88,7 @@ def _row(i, t, X, w, K, prm, sim, cfg, acc, cand, dist, e):
         nc += 1
     x = X[i]
     for a in range(nc):
-        dist[a] = _sqdist(x, prm.means[cand[a]])
+        dist[a] = sqdist(x, prm.means[cand[a]])
     # insertion sort by distance (stable: ties keep their order)
     for a in range(1, nc):
         dv, cv = dist[a], cand[a]
@@ -172,7 +163,7 @@ def posterior(X, means, sigma2, out):
     for i in range(X.shape[0]):
         dmin = np.inf
         for c in range(M):
-            d = _sqdist(X[i], means[c])
+            d = sqdist(X[i], means[c])
             out[i, c] = d
             if d < dmin:
                 dmin = d

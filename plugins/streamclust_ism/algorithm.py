@@ -46,10 +46,8 @@ from __future__ import annotations
 import numpy as np
 
 from streamclust import Algorithm, Assignment, EpochReport, Param, Requirements
-from streamclust.distances import nearest_center
-from streamclust.errors import DataError, ParameterError
-from streamclust.metrics import nmi
-from streamclust.summaries import kmeans
+from streamclust.toolkit import (NON_NEGATIVE, POSITIVE, DataError, ParameterError, at_least,
+                                 kmeans, nearest_center, nmi)
 
 from . import kernels as kn
 from . import spectral as sp
@@ -57,12 +55,6 @@ from . import spectral as sp
 TOL_W = 1e-4
 
 
-def _nonneg(v):
-    return v >= 0
-
-
-def _pos(v):
-    return v > 0
 
 
 def _onehot_centred(codes: np.ndarray) -> np.ndarray:
@@ -89,24 +81,24 @@ class ISM(Algorithm):
         "truth": Param("", str, "optional column with a reference alternative clustering, "
                        "used only to report NMI"),
         "q": Param(0, int, "subspace dimension (0: automatic from the eigenvalues of Φ₀)",
-                   (_nonneg, "must be >= 0")),
+                   NON_NEGATIVE),
         "sigma": Param(0.0, float, "kernel bandwidth in the projected space (0: automatic)",
-                       (_nonneg, "must be >= 0")),
+                       NON_NEGATIVE),
         "sigma_scale": Param(0.1, float, "automatic σ = sigma_scale × median projected distance",
-                             (_pos, "must be > 0")),
+                             POSITIVE),
         "lambda_": Param(0.0, float, "weight of the novelty term (0: automatic trace ratio)",
-                         (_nonneg, "must be >= 0")),
+                         NON_NEGATIVE),
         "sample_size": Param(2000, int, "rows the fit runs on (uniform sample; all rows if fewer)",
-                             (lambda v: v >= 2, "must be >= 2")),
+                             at_least(2)),
         "init": Param("grow", str, "subspace start: grow from q=1, or the paper's spectral "
                       "(Taylor) start at the full q", choices=("grow", "spectral")),
-        "inner_iterations": Param(10, int, "ISM W iterations per round", (_pos, "must be >= 1")),
-        "max_rounds": Param(20, int, "U/W rounds per stage", (_pos, "must be >= 1")),
-        "tol": Param(1e-3, float, "stop when U and W change less than this", (_pos, "must be > 0")),
+        "inner_iterations": Param(10, int, "ISM W iterations per round", at_least(1)),
+        "max_rounds": Param(20, int, "U/W rounds per stage", at_least(1)),
+        "tol": Param(1e-3, float, "stop when U and W change less than this", POSITIVE),
         "standardize": Param(True, bool, "scale every feature to unit variance (after centring)"),
         "normalize": Param(False, bool, "scale every row to unit length first (count data such "
                            "as word counts); predict applies it too"),
-        "n_init": Param(10, int, "k-means starts for the final labels", (_pos, "must be >= 1")),
+        "n_init": Param(10, int, "k-means starts for the final labels", at_least(1)),
     }
     contract_params = {"init": "spectral", "max_rounds": 5}
 

@@ -10,6 +10,7 @@ would merge the two halves of ln 2 in its argument reduction (6 ulp instead of 1
 from __future__ import annotations
 
 import math
+from collections import namedtuple
 
 import numba as nb
 import numpy as np
@@ -216,14 +217,22 @@ def scale_both(K, dm):
             K[i, j] *= di * dm[j]
 
 
+#: the given clustering in Γ's pass: each row's ``codes``, the proportion of its cluster ``pc``,
+#: ``pp`` = Σ p² and the weight ``lam`` of the novelty term
+Given = namedtuple("Given", "codes pc pp lam")
+
+
 @nb.njit(parallel=True, cache=True, fastmath=True)
-def gamma_phi_rows(Kt, UT, codes, pc, pp, lam, XT, GX, rowsum, aq_rows):
+def gamma_phi_rows(Kt, UT, XT, given, out):
     """One pass over Γ = K̃ ∘ (U Uᵀ − λ Yc Ycᵀ) without storing it: ``rowsum[i] = Σ_j Γ_ij``,
     ``GX[i] = Σ_j Γ_ij X_j`` (for Φ = Xᵀ diag(Γ1) X − Xᵀ Γ X) and
     ``aq_rows[i] = Σ_j K̃_ij (Yc Ycᵀ)_ij``, with the centred one-hot
     ``Yc_i·Yc_j = [g_i = g_j] − p_i − p_j + Σ p²`` (``pc``: the proportion of each row's given
     cluster; no given clustering: one code, p = 1, so it is 0).  U and X are passed transposed
-    (``UT``: c × n, ``XT``: d × n); Γ's row lives in a buffer of n."""
+    (``UT``: c × n, ``XT``: d × n); Γ's row lives in a buffer of n.  ``given``: :data:`Given`;
+    ``out``: ``(GX, rowsum, aq_rows)``."""
+    codes, pc, pp, lam = given
+    GX, rowsum, aq_rows = out
     c, n = UT.shape
     d = XT.shape[0]
     for i in nb.prange(n):

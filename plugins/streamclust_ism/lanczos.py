@@ -11,6 +11,8 @@ relation.  Every sum runs in a fixed order, so the result does not depend on the
 (moon_400x4's fit is bit-identical with 1 and 2 threads)."""
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numba as nb
 import numpy as np
 
@@ -18,6 +20,11 @@ from .kernels import paired
 
 EPS23 = np.finfo(np.float64).eps ** (2.0 / 3.0)
 
+
+#: settings of :func:`top_eigenpairs`: ``c`` pairs wanted, ``centred`` (of H M H), residual
+#: ``tol``, basis size ``m`` > ``keep`` ≥ c, at most ``max_cycles`` restarts, a convergence check
+#: every ``check`` steps within a cycle
+LanczosOptions = namedtuple("LanczosOptions", "c centred tol m keep max_cycles check")
 
 TASKS = 8  # the product's fixed split of the rows (each task with its own accumulator)
 
@@ -101,14 +108,15 @@ def _converged(theta, S, size, beta, c, tol):
 
 
 @nb.njit(cache=True)
-def top_eigenpairs(M, c, v0, spare, centred, tol, m, keep, max_cycles, check, w_out, V_out):
-    """The ``c`` largest eigenpairs of the symmetric ``M`` (``centred``: of H M H; only M's
-    lower triangle is read), largest first, into ``w_out`` (c) and the rows of ``V_out`` (c × n).  ``v0``: start vector (n);
-    ``spare``: rows of random vectors used when the Krylov space becomes invariant; basis size
-    ``m`` > ``keep`` ≥ c; convergence is also checked every ``check`` steps within a cycle (a
-    good start converges before the basis is full).  The projection T = Vᵀ A V is assembled
+def top_eigenpairs(M, v0, spare, opt, w_out, V_out):
+    """The ``opt.c`` largest eigenpairs of the symmetric ``M`` (``opt.centred``: of H M H; only
+    M's lower triangle is read), largest first, into ``w_out`` (c) and the rows of ``V_out``
+    (c × n).  ``v0``: start vector (n); ``spare``: rows of random vectors used when the Krylov
+    space becomes invariant; ``opt``: :data:`LanczosOptions` (convergence is also checked every
+    ``opt.check`` steps within a cycle: a good start converges before the basis is full).  The projection T = Vᵀ A V is assembled
     from the re-orthogonalisation coefficients.  Returns the number of products with M, or −1
     without convergence within ``max_cycles`` cycles."""
+    c, centred, tol, m, keep, max_cycles, check = opt
     n = M.shape[0]
     V = np.zeros((m + 1, n))
     T = np.zeros((m, m))

@@ -76,9 +76,9 @@ def top_eigenvectors(M: np.ndarray, c: int, centred: bool = False, start=None):
         m = max(20, 3 * c)  # basis size; half of it is kept at a restart
         cycles = int(LANCZOS_BUDGET * n) // (m - m // 2)
         w, V = np.empty(c), np.empty((c, n))
-        done = lz.top_eigenpairs(np.ascontiguousarray(M, dtype=np.float64), c, v0,
-                                 rng.standard_normal((4, n)), centred, EIG_TOL, m, m // 2,
-                                 cycles, LANCZOS_CHECK, w, V)
+        opt = lz.LanczosOptions(c, centred, EIG_TOL, m, m // 2, cycles, LANCZOS_CHECK)
+        done = lz.top_eigenpairs(np.ascontiguousarray(M, dtype=np.float64), v0,
+                                 rng.standard_normal((4, n)), opt, w, V)
         if done > 0:
             return w, fix_signs(V.T)
     # small, or Lanczos did not converge (clustered top eigenvalues: a very narrow kernel)
@@ -126,8 +126,9 @@ def phi_terms(Kt: np.ndarray, U: np.ndarray, codes: np.ndarray, p: np.ndarray, l
     ``p``), f = Σ Γ = Tr(Uᵀ K̃ U) − λ Tr(Ycᵀ K̃ Yc) (the objective) and AQ = Tr(Ycᵀ K̃ Yc)."""
     n, d = X.shape
     GX, rowsum, aq_rows = np.empty((n, d)), np.empty(n), np.empty(n)
-    kn.gamma_phi_rows(Kt, np.ascontiguousarray(U.T), codes, p[codes], float(p @ p), float(lam),
-                      np.ascontiguousarray(X.T), GX, rowsum, aq_rows)
+    given = kn.Given(codes, p[codes], float(p @ p), float(lam))
+    kn.gamma_phi_rows(Kt, np.ascontiguousarray(U.T), np.ascontiguousarray(X.T), given,
+                      (GX, rowsum, aq_rows))
     Phi = X.T @ (rowsum[:, None] * X) - X.T @ GX
     return 0.5 * (Phi + Phi.T), float(rowsum.sum()), float(aq_rows.sum())
 

@@ -34,19 +34,12 @@ from __future__ import annotations
 import numpy as np
 
 from streamclust import Algorithm, Assignment, EpochReport, Param, Requirements
-from streamclust.errors import DataError, ParameterError
-from streamclust.metrics import acc_from_contingency, nmi_from_contingency
-from streamclust.summaries import kmeanspp
+from streamclust.toolkit import (NON_NEGATIVE, POSITIVE, Contingency, DataError, KNNIndex,
+                                 ParameterError, at_least, in_range, kmeanspp)
 
 from . import kernels as kn
 
 
-def _pos(v):
-    return v > 0
-
-
-def _fraction(v):
-    return 0 < v < 1
 
 
 def parse_grid(text: str) -> list:
@@ -135,34 +128,35 @@ class SLK(Algorithm):
 
     name = "slk"
     version = "1"
+    soft_predict = True
     params = {
         "mode": Param("bo", str, "mode update: 'bo' (row of largest z, paper's SLK-BO) or 'ms' "
                       "(mean-shift, SLK-MS)", choices=("bo", "ms")),
-        "lambda_": Param(1.0, float, "weight λ of the Laplacian term", (_pos, "must be > 0")),
+        "lambda_": Param(1.0, float, "weight λ of the Laplacian term", POSITIVE),
         "lambda_grid": Param("", str, "comma-separated λ values tried in turn, scored on "
                              "validation_labels (e.g. '1,1.5,2')"),
         "validation_labels": Param("", str, "column of true classes; a validation_fraction of its "
                                    "labelled rows scores λ and restarts by accuracy"),
         "validation_fraction": Param(0.1, float, "share of labelled rows used for validation",
-                                     (_fraction, "must be in (0, 1)")),
-        "n_neighbors": Param(5, int, "ρ: neighbours per row in the kNN graph", (_pos, "must be >= 1")),
+                                     in_range(0, 1, low_open=True, high_open=True)),
+        "n_neighbors": Param(5, int, "ρ: neighbours per row in the kNN graph", at_least(1)),
         "normalize": Param(True, bool, "L2-normalise every row first (the authors do)"),
-        "n_init": Param(1, int, "k-means++ starts; the best run is kept", (_pos, "must be >= 1")),
+        "n_init": Param(1, int, "k-means++ starts; the best run is kept", at_least(1)),
         "init_sample": Param(20000, int, "rows k-means++ seeds from (0: all rows)",
-                             (lambda v: v >= 0, "must be >= 0")),
+                             NON_NEGATIVE),
         "density_sample": Param(1000, int, "members per cluster used to pick its first mode",
-                                (_pos, "must be >= 1")),
+                                at_least(1)),
         "tol": Param(1e-5, float, "relative change of the discrete energy that ends a run",
-                     (lambda v: v >= 0, "must be >= 0")),
-        "max_outer": Param(30, int, "outer iterations (epochs) per run at most", (_pos, "must be >= 1")),
+                     NON_NEGATIVE),
+        "max_outer": Param(30, int, "outer iterations (epochs) per run at most", at_least(1)),
         "bound_tol": Param(1e-6, float, "relative change of the bound energy that ends the "
-                           "z-updates", (lambda v: v >= 0, "must be >= 0")),
+                           "z-updates", NON_NEGATIVE),
         "bound_max_iter": Param(1000, int, "bound iterations per outer iteration at most",
-                                (_pos, "must be >= 1")),
+                                at_least(1)),
         "ms_tol": Param(1e-5, float, "SLK-MS: mode movement that ends the mean-shift",
-                        (lambda v: v >= 0, "must be >= 0")),
+                        NON_NEGATIVE),
         "ms_max_iter": Param(100, int, "SLK-MS: mean-shift passes per outer iteration at most",
-                             (_pos, "must be >= 1")),
+                             at_least(1)),
     }
     contract_params = {"max_outer": 5}
 
@@ -290,7 +284,6 @@ class SLK(Algorithm):
 
     def run_epoch(self, ctx) -> EpochReport:
         h = self.hyper
-        L = self.n_clusters
         ctx.count_distances(ctx.aggregate(_kernel_step, (self._modes, self._inv2s2),
                                           state=(self._A, self._Z[self._cur])))
         prev = None
@@ -355,10 +348,10 @@ class SLK(Algorithm):
         y = self._truth
         out = {}
         for key, ids in (("validation", self._val_ids), ("labels", np.flatnonzero(y >= 0))):
-            C = np.zeros((int(y.max()) + 1, L), np.int64)
-            np.add.at(C, (y[ids], labels_all[ids]), 1)
-            out[f"{key}_acc"] = acc_from_contingency(C)
-            out[f"{key}_nmi"] = nmi_from_contingency(C)
+            table = Contingency(L)
+            table.add_codes(y[ids], labels_all[ids])
+            out[f"{key}_acc"] = table.acc()
+            out[f"{key}_nmi"] = table.nmi()
         return out
 
     def _finish_run(self, ctx, E: float) -> dict:
@@ -438,7 +431,6 @@ class SLK(Algorithm):
 
     def load_files(self, directory: str, names: list) -> None:
         import os
-        from streamclust.knn import KNNIndex
         shards = [n for n in names if n.startswith("knn_shard_")]
         if not shards:
             raise ParameterError("SLK model without its kNN index files (knn_shard_*.bin)")

@@ -8,6 +8,8 @@ The affinity W is a CSR matrix passed as the tuple ``graph = (indptr, indices, w
 import numba as nb
 import numpy as np
 
+from streamclust.toolkit import softmax_into, sqdist
+
 
 @nb.njit(cache=True, parallel=True)
 def mode_kernel(X, modes, inv_two_sigma2, out):
@@ -16,28 +18,8 @@ def mode_kernel(X, modes, inv_two_sigma2, out):
     L = modes.shape[0]
     for p in nb.prange(n):
         for l in range(L):
-            s = 0.0
-            for j in range(d):
-                t = np.float64(X[p, j]) - modes[l, j]
-                s += t * t
+            s = sqdist(X[p], modes[l])
             out[p, l] = np.exp(-s * inv_two_sigma2)
-
-
-@nb.njit(cache=True, inline="always")
-def _softmax_into(s, out_row):
-    """out_row = softmax(s) (``s`` is overwritten; may be ``out_row``); returns logsumexp(s)."""
-    L = s.shape[0]
-    mx = s[0]
-    for l in range(1, L):
-        if s[l] > mx:
-            mx = s[l]
-    tot = 0.0
-    for l in range(L):
-        s[l] = np.exp(s[l] - mx)
-        tot += s[l]
-    for l in range(L):
-        out_row[l] = s[l] / tot
-    return mx + np.log(tot)
 
 
 @nb.njit(cache=True, parallel=True)
@@ -62,7 +44,7 @@ def bound_rows(start, A, graph, Z_old, lam, Z_new):
                 s[l] += w * Z_old[q, l]
         for l in range(L):
             s[l] = A[i, l] + lam * s[l]
-        parts[i] = -_softmax_into(s, s)
+        parts[i] = -softmax_into(s, s)
         for l in range(L):
             Z_new[i, l] = s[l]
     return parts.sum()
@@ -77,7 +59,7 @@ def softmax_rows(A, Z):
         s = buf[i]
         for l in range(L):
             s[l] = A[i, l]
-        _softmax_into(s, s)
+        softmax_into(s, s)
         for l in range(L):
             Z[i, l] = s[l]
 
@@ -128,10 +110,7 @@ def meanshift_sums(X, Z, modes, inv_two_sigma2, num, den):
     L = modes.shape[0]
     for p in range(n):
         for l in range(L):
-            s = 0.0
-            for j in range(d):
-                t = np.float64(X[p, j]) - modes[l, j]
-                s += t * t
+            s = sqdist(X[p], modes[l])
             w = Z[p, l] * np.exp(-s * inv_two_sigma2)
             if w > 0:
                 den[l] += w
@@ -153,6 +132,6 @@ def predict_rows(A, nbr_ids, Z_train, lam, out):
             q = nbr_ids[i, j]
             for l in range(L):
                 s[l] += lam * Z_train[q, l]
-        _softmax_into(s, s)
+        softmax_into(s, s)
         for l in range(L):
             out[i, l] = s[l]

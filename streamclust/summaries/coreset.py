@@ -32,9 +32,12 @@ class WeightedSample:
     def n_features(self) -> int:
         return self.X.shape[1]
 
+    def rows(self, start: int, stop: int) -> Batch:
+        return Batch(start, self.X[start:stop], weights=self.weights[start:stop])
+
     def iter_batches(self, batch_size: int):
         for s in range(0, self.n_rows, batch_size):
-            yield Batch(s, self.X[s:s + batch_size], weights=self.weights[s:s + batch_size])
+            yield self.rows(s, s + batch_size)
 
 
 def stats_step(batch, _state, _params):

@@ -1,22 +1,17 @@
 """Numba kernels for the summaries (seeding).  Arrays in, arrays out; no I/O."""
+from collections import namedtuple
+
 import numba as nb
 import numpy as np
 
-
-@nb.njit(cache=True, fastmath=True, inline="always")
-def _sqdist(x, c):
-    s = 0.0
-    for j in range(x.shape[0]):
-        t = np.float64(x[j]) - c[j]
-        s += t * t
-    return s
+from ..rowmath import sqdist
 
 
 @nb.njit(cache=True, parallel=True)
 def update_min_sqdist(X, c, mind):
     """``mind[i] = min(mind[i], ||X[i] - c||²)`` for every row (in place)."""
     for i in nb.prange(X.shape[0]):
-        d = _sqdist(X[i], c)
+        d = sqdist(X[i], c)
         if d < mind[i]:
             mind[i] = d
 
@@ -24,14 +19,14 @@ def update_min_sqdist(X, c, mind):
 @nb.njit(cache=True)
 def sqdist_rows(X, c, out):
     for i in range(X.shape[0]):
-        out[i] = _sqdist(X[i], c)
+        out[i] = sqdist(X[i], c)
 
 
 @nb.njit(cache=True)
 def _min_to_centers(x, C, n):
     best = np.inf
     for j in range(n):
-        d = _sqdist(x, C[j])
+        d = sqdist(x, C[j])
         if d < best:
             best = d
     return best
@@ -65,21 +60,31 @@ def afkmc2_chains(C, cand, cand_q, cand_w, m, uniforms):
     return evals
 
 
+#: AFK-MC2 proposal draws: rows ``X`` (float32), proposal probabilities ``q``, target weights ``w``
+#: (the chain target is ∝ w · d(x, C)²), the pool row each one is (``row``, or -1) and one
+#: uniform per draw (``u``) for the Metropolis test
+Candidates = namedtuple("Candidates", "X q w row u")
+#: the rows whose potential Σ w · mind decides between trials, with their running squared
+#: distance to the nearest centre (``mind``) and that centre (``near``), updated in place
+Pool = namedtuple("Pool", "X w mind near")
+
+
 @nb.njit(cache=True, parallel=True)
-def greedy_afkmc2(C, cand, cand_q, cand_w, cand_row, pool, pot_w, mind, near, uniforms, m, trials):
+def greedy_afkmc2(C, cands, pool, m, trials):
     """AFK-MC2 with greedy trials: for every new centre run ``trials`` Metropolis chains of length
     ``m`` over pre-drawn candidates and keep the end point that lowers the potential
     ``Σ pot_w · mind`` over the pool most.
 
-    ``C[0]`` is set; ``mind`` holds every pool row's squared distance to ``C[0]`` and ``near`` its
-    nearest centre (0); both are kept up to date.  ``cand`` holds ``(k-1) · trials · m`` i.i.d.
-    proposal draws (rows), ``cand_q`` their proposal probabilities, ``cand_w`` their target
-    weights (the chain target is ``∝ cand_w · d(x, C)²``) and ``cand_row`` the pool row each one
-    is (its distance is then read from ``mind``) or -1 (computed against the centres so far).
+    ``C[0]`` is set; ``pool.mind`` holds every pool row's squared distance to ``C[0]`` and
+    ``pool.near`` its nearest centre (0); both are kept up to date.  ``cands`` holds
+    ``(k-1) · trials · m`` i.i.d. proposal draws (:data:`Candidates`); a draw that is a pool row
+    reads its distance from ``mind``, others are computed against the centres so far.
     The trials of one centre run in parallel, each summing its potential serially, so the result
     does not depend on the thread count.  Returns the number of distance evaluations.
     """
-    k, n = C.shape[0], pool.shape[0]
+    cand, cand_q, cand_w, cand_row, uniforms = cands
+    pool_x, pot_w, mind, near = pool
+    k, n = C.shape[0], pool_x.shape[0]
     newd = np.empty((trials, n))
     ends = np.empty(trials, np.int64)
     pots = np.empty(trials)
@@ -95,7 +100,7 @@ def greedy_afkmc2(C, cand, cand_q, cand_w, cand_row, pool, pot_w, mind, near, un
                 else:
                     dy = np.inf
                     for c in range(i):
-                        dy = min(dy, _sqdist(cand[y], C[c]))
+                        dy = min(dy, sqdist(cand[y], C[c]))
                     counts[l] += i
                 if x < 0:
                     x, dx = y, dy
@@ -106,7 +111,7 @@ def greedy_afkmc2(C, cand, cand_q, cand_w, cand_row, pool, pot_w, mind, near, un
             cx = cand[x].astype(np.float64)
             pot = 0.0
             for r in range(n):
-                d = min(_sqdist(pool[r], cx), mind[r])
+                d = min(sqdist(pool_x[r], cx), mind[r])
                 newd[l, r] = d
                 pot += pot_w[r] * d
             pots[l] = pot
@@ -153,7 +158,7 @@ def kmeanspp_greedy(X, w, k, trials, u, C):
     mind = np.empty(n)
     p = np.empty(n)
     for r in range(n):
-        mind[r] = _sqdist(X[r], C[0])
+        mind[r] = sqdist(X[r], C[0])
     evals = n
     for i in range(1, k):
         total = 0.0
@@ -170,14 +175,14 @@ def kmeanspp_greedy(X, w, k, trials, u, C):
                 break
             pot = 0.0
             for r in range(n):
-                pot += w[r] * min(mind[r], _sqdist(X[r], X[c]))
+                pot += w[r] * min(mind[r], sqdist(X[r], X[c]))
             evals += n
             if pot < best_pot:
                 best, best_pot = c, pot
         C[i] = X[best]
         if i < k - 1:
             for r in range(n):
-                d = _sqdist(X[r], C[i])
+                d = sqdist(X[r], C[i])
                 if d < mind[r]:
                     mind[r] = d
             evals += n
@@ -191,7 +196,7 @@ def _assign(X, C, labels, d2):
     for i in range(X.shape[0]):
         best, arg = np.inf, 0
         for j in range(C.shape[0]):
-            d = _sqdist(X[i], C[j])
+            d = sqdist(X[i], C[j])
             if d < best:
                 best, arg = d, j
         labels[i] = arg

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from .coreset import importance_sample
-from .kernels import afkmc2_chains, greedy_afkmc2, kmeanspp_greedy, update_min_sqdist
+from .kernels import (Candidates, Pool, afkmc2_chains, greedy_afkmc2, kmeanspp_greedy,
+                      update_min_sqdist)
 
 
 def _weights(X, weights):
@@ -58,21 +59,20 @@ def afkmc2_trials(k: int, chain_length: int) -> int:
     return int(min(20, max(auto_trials(k), need)))
 
 
-def _greedy(c1, cand, cand_q, cand_w, cand_row, pool, pot_w, k, m, trials, rng):
-    """Greedy AFK-MC2 (kernel ``greedy_afkmc2``); returns ``(C, evals, nearest pool centre)``."""
+def _greedy(c1, cand, pool, pot_w, k, m, trials, rng):
+    """Greedy AFK-MC2 (kernel ``greedy_afkmc2``) from the proposal draws ``cand`` = (rows, q, w,
+    pool row or -1); returns ``(C, evals, nearest pool centre)``."""
     C = np.empty((k, pool.shape[1]), dtype=np.float64)
     C[0] = c1
     mind = np.full(len(pool), np.inf)
     update_min_sqdist(pool, C[0], mind)
     near = np.zeros(len(pool), np.int32)
-    n_cand = max((k - 1) * trials * m, 1)
-    evals = greedy_afkmc2(C, np.ascontiguousarray(cand[:n_cand], dtype=np.float32),
-                          np.asarray(cand_q[:n_cand], np.float64),
-                          np.asarray(cand_w[:n_cand], np.float64),
-                          np.asarray(cand_row[:n_cand], np.int64),
-                          np.ascontiguousarray(pool, dtype=np.float32),
-                          np.asarray(pot_w, np.float64),
-                          mind, near, rng.random(n_cand), m, trials)
+    n = max((k - 1) * trials * m, 1)
+    X, q, w, row = cand
+    cands = Candidates(np.ascontiguousarray(X[:n], dtype=np.float32), np.asarray(q[:n], np.float64),
+                       np.asarray(w[:n], np.float64), np.asarray(row[:n], np.int64), rng.random(n))
+    evals = greedy_afkmc2(C, cands, Pool(np.ascontiguousarray(pool, dtype=np.float32),
+                                         np.asarray(pot_w, np.float64), mind, near), m, trials)
     return C, int(evals) + len(pool), near
 
 
@@ -93,7 +93,7 @@ def afkmc2(X, k: int, chain_length: int, rng: np.random.Generator, weights=None,
     q = q / q.sum()
     if trials > 1:
         idx = rng.choice(len(X), size=max((k - 1) * trials * chain_length, 1), p=q)
-        C, evals, _ = _greedy(c1, X[idx], q[idx], w[idx], idx, X, w, k, chain_length, trials, rng)
+        C, evals, _ = _greedy(c1, (X[idx], q[idx], w[idx], idx), X, w, k, chain_length, trials, rng)
         return C, evals + len(X)
     idx = rng.choice(len(X), size=(k - 1) * chain_length, p=q)
     C, evals = _chains(c1, X[idx], q[idx], w[idx], k, chain_length, rng)
@@ -126,6 +126,6 @@ def afkmc2_stream(ctx, k: int, chain_length: int, rng: np.random.Generator, tria
         ids, q = importance_sample(ctx, c1, n_cand, rng)
         X = ctx.take(ids)
         pool, pot_w, row = potential.X, potential.weights, np.full(len(ids), -1)
-    C, evals, near = _greedy(c1, X, q, np.ones(len(ids)), row, pool, pot_w, k, chain_length,
+    C, evals, near = _greedy(c1, (X, q, np.ones(len(ids)), row), pool, pot_w, k, chain_length,
                              trials, rng)
     return (C, evals, near) if return_nearest else (C, evals)

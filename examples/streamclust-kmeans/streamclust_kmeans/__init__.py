@@ -2,9 +2,8 @@
 import numpy as np
 
 import streamclust
-from streamclust import Algorithm, Assignment, EpochReport, Param
-from streamclust.distances import nearest_center
-from streamclust.summaries import kmeanspp
+from streamclust import Algorithm, Assignment, EpochReport, Param, Requirements
+from streamclust.toolkit import POSITIVE, at_least, kmeanspp, nearest_center
 
 
 def lloyd_step(batch, _state, centers):
@@ -22,16 +21,18 @@ class KMeans(Algorithm):
     name = "kmeans"
     version = "1"
     params = {
-        "tol": Param(1e-4, float, "stop when |ΔQ/Q| < tol", (lambda v: v > 0, "must be > 0")),
+        "tol": Param(1e-4, float, "stop when |ΔQ/Q| < tol", POSITIVE),
         "sample_size": Param(20000, int, "rows sampled for k-means++ seeding",
-                             (lambda v: v >= 1, "must be >= 1")),
+                             at_least(1)),
     }
 
+    def requirements(self):
+        # the engine draws this uniform sample before start (ctx.sample())
+        return Requirements(sample=self.hyper["sample_size"])
+
     def start(self, ctx):
-        rng = ctx.rng(1)
-        n = min(ctx.n_rows, self.hyper["sample_size"])
-        ids = np.sort(rng.choice(ctx.n_rows, size=n, replace=False))
-        self.cluster_centers_, evals = kmeanspp(ctx.take(ids), self.n_clusters, rng)
+        _, rows = ctx.sample()
+        self.cluster_centers_, evals = kmeanspp(rows, self.n_clusters, ctx.rng(1))
         ctx.count_distances(evals)
         self._q = None
 

@@ -10,13 +10,8 @@ from scipy.spatial.distance import cdist, pdist
 from scipy.special import logsumexp
 
 import streamclust
-from streamclust.cache import FeatureCache
-from streamclust.context import Context
-from streamclust.executor import LocalExecutor
-from streamclust.metrics import quantization_error
-from streamclust.sources import open_data
-from streamclust.summaries import afkmc2_stream, afkmc2_trials
-from streamclust.testing import make_blobs
+from streamclust.testing import make_blobs, make_context
+from streamclust.toolkit import afkmc2_stream, afkmc2_trials, quantization_error
 
 DATA = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "shared", "data"))
 
@@ -46,7 +41,7 @@ def test_full_truncation_equals_exact_em():
     X32 = X.astype(np.float32).astype(np.float64)
     # replay the seeding (same seed and stream), then the epochs in NumPy
     wd = tempfile.mkdtemp()
-    ctx = Context(FeatureCache.build(open_data(X), wd, 65536), wd, LocalExecutor(), 3, 5, 65536)
+    ctx = make_context(X, wd, 3, 5)
     means0, _ = afkmc2_stream(ctx, 3, 5, ctx.rng(1), afkmc2_trials(3, 5))
     mu, s2 = exact_em_epoch(X32, means0, None, hard=True)
     np.testing.assert_allclose(m1.means_, mu, rtol=1e-9)
@@ -87,7 +82,7 @@ def test_nearest_seed_starts_k_on_the_coreset():
     brute force) and K(n) starts from it (the plugin's seeding replayed with its streams)."""
     X, _ = make_blobs(n=2000, k=12, d=5, seed=2, spread=1.0)
     wd = tempfile.mkdtemp()
-    ctx = Context(FeatureCache.build(open_data(X), wd, 65536), wd, LocalExecutor(), 12, 7, 65536)
+    ctx = make_context(X, wd, 12, 7)
     view = ctx.coreset(500)
     C, _, near = afkmc2_stream(ctx, 12, 5, ctx.rng(1), afkmc2_trials(12, 5), potential=view,
                                return_nearest=True)
@@ -146,3 +141,14 @@ def test_artificial_set_centres_recovered():
     40, plain AFK-MC2 (trials=1) in 1 of 10."""
     ok = _recovered(os.path.join(DATA, "dgmm_artificial.npz"))
     assert ok >= 9, f"all 15 centres recovered in only {ok} of 10 seeds"
+
+
+def test_resume_with_a_coreset(tmp_path):
+    X, y = make_blobs(n=3000, k=12, d=6, seed=11, spread=1.5)
+    data = X.astype(np.float32)
+    kw = dict(batch_size=500, progress=False, coreset_size=800, truncation=3, candidates=3, tol=1e-12)
+    full = streamclust.fit(data, "dgmm", 12, max_epochs=6, **kw)
+    work = str(tmp_path / "w")
+    streamclust.fit(data, "dgmm", 12, max_epochs=2, work_dir=work, **kw)
+    done = streamclust.fit(data, "dgmm", 12, max_epochs=6, work_dir=work, resume=True, **kw)
+    np.testing.assert_allclose(done.means_, full.means_, rtol=1e-6)

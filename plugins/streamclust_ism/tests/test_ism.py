@@ -8,8 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import streamclust
-from streamclust.errors import DataError
-from streamclust.metrics import nmi
+from streamclust.toolkit import DataError, nmi
 from streamclust_ism import kernels as kn
 from streamclust_ism import median as md
 from streamclust_ism import spectral as sp
@@ -248,8 +247,8 @@ def test_lanczos_restarts_from_an_invariant_start():
     M = (Q * lam) @ Q.T
     v0 = Q[:, 10] + Q[:, 20]
     w, V = np.empty(c), np.empty((c, n))
-    done = lz.top_eigenpairs(np.ascontiguousarray(M), c, v0, rng.normal(size=(4, n)), False,
-                             1e-10, 20, 10, 100, 4, w, V)
+    done = lz.top_eigenpairs(np.ascontiguousarray(M), v0, rng.normal(size=(4, n)),
+                             lz.LanczosOptions(c, False, 1e-10, 20, 10, 100, 4), w, V)
     assert done > 0
     np.testing.assert_allclose(w, lam[:c], rtol=1e-9)
     np.testing.assert_allclose(np.abs(V @ Q[:, :c]), np.eye(c), atol=1e-6)

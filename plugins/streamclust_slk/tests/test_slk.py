@@ -9,8 +9,8 @@ import pytest
 import scipy.sparse as sp
 
 import streamclust
-from streamclust.errors import ModelError, ParameterError
-from streamclust.metrics import nmi
+from streamclust.testing import make_blobs
+from streamclust.toolkit import ModelError, ParameterError, nmi
 from streamclust_slk import kernels as kn
 
 
@@ -134,3 +134,22 @@ def test_tampered_index_file_is_refused(tmp_path):
         f.write(b"\x00\x01\x02")
     with pytest.raises(ModelError, match="checksum"):
         streamclust.load_model(path)
+
+
+def test_slk_resumes_across_runs_of_a_lambda_grid(tmp_path):
+    X, y = make_blobs(n=900, k=3, d=4, seed=13, spread=1.2)
+    t = pa.table({"x": pa.FixedSizeListArray.from_arrays(pa.array(X.astype(np.float32).ravel()), 4),
+                  "y": pa.array(y)})
+    kw = dict(features="x", lambda_grid="0.5,2", validation_labels="y", n_init=2,
+              progress=False, max_outer=4)
+    full = streamclust.fit(t, "slk", 3, max_epochs=100, **kw)
+    work = str(tmp_path / "w")
+    for stop in (1, 3, 6):  # inside the first run, at a run boundary, in a later run
+        part = streamclust.fit(t, "slk", 3, max_epochs=stop, work_dir=work, resume=stop > 1, **kw)
+        assert len(part.history) == min(stop, len(full.history))
+    done = streamclust.fit(t, "slk", 3, max_epochs=100, work_dir=work, resume=True, **kw)
+    assert [h["discrete_energy"] for h in done.history] == \
+        pytest.approx([h["discrete_energy"] for h in full.history], rel=1e-9)
+    assert done.best_run_ == full.best_run_
+    np.testing.assert_array_equal(done.labels_, full.labels_)
+    np.testing.assert_allclose(done.train_z_, full.train_z_, rtol=1e-6, atol=1e-9)

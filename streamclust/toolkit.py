@@ -1,0 +1,34 @@
+"""The toolkit for algorithm authors: the shared pieces a plugin may import, beside the
+contract (``streamclust``) and the test kit (``streamclust.testing``).  Everything else in the
+package is private and may change.  ``docs/toolkit.md`` lists each name with its use.
+"""
+from .checks import NON_NEGATIVE, POSITIVE, at_least, in_range
+from .distances import nearest_center, pairwise_sqdist
+from .errors import DataError, ModelError, ParameterError, PluginError, StreamclustError
+from .executor import weights_of
+from .knn import KNNGraph, KNNIndex
+from .metrics import (Contingency, accuracy, nmi, purity, quantization_error)
+from .rng import rng_below, rng_init, rng_next, rng_uniform
+from .rowmath import softmax_into, sqdist
+from .sources import Batch
+from .summaries import (WeightedSample, afkmc2, afkmc2_stream, afkmc2_trials, kmeans, kmeanspp,
+                        lightweight_coreset)
+
+__all__ = [
+    # parameter checks (Param(check=...))
+    "POSITIVE", "NON_NEGATIVE", "at_least", "in_range",
+    # errors
+    "StreamclustError", "DataError", "ParameterError", "ModelError", "PluginError",
+    # the batch record and row weights
+    "Batch", "weights_of", "WeightedSample",
+    # distances (NumPy / BLAS) and numba row helpers
+    "pairwise_sqdist", "nearest_center", "sqdist", "softmax_into",
+    # counter-based random numbers for kernels
+    "rng_init", "rng_next", "rng_uniform", "rng_below",
+    # seeding, k-means, coresets
+    "kmeanspp", "afkmc2", "afkmc2_stream", "afkmc2_trials", "kmeans", "lightweight_coreset",
+    # metrics
+    "Contingency", "nmi", "accuracy", "purity", "quantization_error",
+    # kNN graph and index
+    "KNNGraph", "KNNIndex",
+]
