@@ -31,7 +31,7 @@ class Param:
                 else:
                     value = self.type(float(text)) if self.type is int and "e" in text.lower() \
                         else self.type(text)
-            except ValueError:
+            except (ValueError, OverflowError):
                 raise ParameterError(f"parameter '{name}': cannot read {value!r} as "
                                      f"{self.type.__name__}") from None
         elif self.type is float and isinstance(value, (int, np.integer)) and not isinstance(value, bool):
@@ -53,7 +53,10 @@ class Param:
 
 @dataclass(frozen=True)
 class Requirements:
-    """What an algorithm needs the engine to prepare.  ``coreset`` is a size (0: none);
+    """What an algorithm needs the engine to prepare; the engine builds each before ``start``.
+
+    ``coreset`` (> 0): the lightweight coreset of that many rows, served by ``ctx.coreset()``;
+    ``sample`` (> 0): a uniform sample of that many rows (all rows if fewer), ``ctx.sample()``;
     ``columns`` names extra per-row columns (labels, an existing clustering) that the engine
     reads with the features and serves through ``ctx.column(name)``; they are never features.
     ``knn`` (> 0) asks for the k-nearest-neighbour graph of the rows: the engine builds it (or
@@ -67,7 +70,6 @@ class Requirements:
     knn: int = 0
     transform: str = ""
     sample: int = 0
-    multi_epoch: bool = True
 
 
 @dataclass
@@ -83,11 +85,11 @@ class EpochReport:
 
 @dataclass
 class Assignment:
-    """Prediction result: int32 labels in ``[0, k)`` (-1: none), optional soft assignments."""
+    """Prediction result: int32 labels in ``[0, k)`` (-1: none), optional soft assignments
+    (``n × k``, rows summing to 1) when ``predict(X, soft=True)`` was asked for them."""
 
     labels: np.ndarray
     soft: np.ndarray | None = None
-    scores: np.ndarray | None = None
 
 
 class Algorithm:
@@ -103,6 +105,8 @@ class Algorithm:
     params: ClassVar[dict[str, Param]] = {}
     #: parameters used by the contract suite (small, fast settings)
     contract_params: ClassVar[dict] = {}
+    #: True when ``predict(X, soft=True)`` returns soft assignments (n × k, rows summing to 1)
+    soft_predict: ClassVar[bool] = False
 
     def __init__(self, n_clusters: int, *, seed: int = 0, **hyper):
         if isinstance(n_clusters, bool) or not isinstance(n_clusters, (int, np.integer)) or n_clusters < 1:

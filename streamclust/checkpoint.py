@@ -79,7 +79,7 @@ def write(work_dir: str, identity: dict, epoch: int, history: list, extra: dict,
     states = sorted(n for n in os.listdir(work_dir) if n.startswith("state_") and n.endswith(".npy"))
     for name in states:
         shutil.copyfile(os.path.join(work_dir, name), os.path.join(tmp, name))
-    from .model import _jsonable
+    from .model_files import _jsonable
     meta = {"identity": identity, "epoch": epoch, "history": history, "extra": extra,
             "algorithm_state": other, "arrays": sorted(arrays), "row_state": states}
     with open(os.path.join(tmp, "checkpoint.json"), "w") as f:

@@ -2,31 +2,38 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 
 from .cache import FeatureCache, RowState
-from .executor import merge_sum
+from .executor import merge_sum, shuffled_blocks
+
+#: default rows per block of the ordered pass
+BLOCK_ROWS = 4096
 
 
 class Context:
-    """What an algorithm may use during ``start`` and ``run_epoch``.
+    """What an algorithm may use during ``start``, ``run_epoch`` and ``finish``.
 
     * ``data``: the feature cache (``n_rows × n_features`` float32, memory-mapped);
-    * ``aggregate(step, params, data=None, state=(), merge=...)``: one pass of ``step`` over every
-      batch of ``data`` (default: the whole cache) through the executor;
+    * ``aggregate(step, params, data=None, state=(), merge=...)``: the map-reduce pass: ``step``
+      over every batch of ``data`` (default: the whole cache), partials merged;
+    * ``scan(step, carry, params, state=(), block_rows=4096)``: the ordered pass (SGD): blocks of
+      rows in a seeded shuffled order, ``carry`` threaded through;
     * ``row_state(name, shape, dtype)``: a memory-mapped per-row array in the work directory;
-    * ``coreset(size)``, ``take(ids)``, ``batch_stats()``: summaries;
+    * ``coreset()`` / ``sample()``: the summaries declared in ``Requirements`` (built by the
+      engine before ``start``); ``take(ids)``, ``batch_stats()``;
     * ``column(name)`` / ``column_values(name)``: a declared extra column as row-aligned int64
       codes (-1: null) and the distinct values the codes stand for;
-    * ``sample(size)``: a uniform sample of rows without replacement;
     * ``knn`` / ``knn_index()``: the kNN graph and its sharded hnswlib index, when the algorithm
       declared ``Requirements.knn``;
-    * ``rng(*stream)``: a NumPy generator fixed by the run's seed and the stream key.
+    * ``rng(*stream)``: a NumPy generator fixed by the run's seed and the stream key;
+    * ``passes``: the passes over the data run so far (both kinds, summaries included).
     """
 
     def __init__(self, cache: FeatureCache, work_dir: str, executor, n_clusters: int, seed: int,
-                 batch_size: int, progress=None, knn=None):
+                 batch_size: int, progress: bool = False, knn=None):
         self.data = cache
         self.work_dir = work_dir
         self.executor = executor
@@ -35,13 +42,17 @@ class Context:
         self.batch_size = batch_size
         self.epoch = 0
         self.distance_evaluations = 0
-        self._progress = progress
+        self.passes = 0
+        self.last_scan: dict = {}
+        self._progress = bool(progress)
         self._stats = None
         self._coresets = {}
+        self._samples = {}
+        self._declared = {"coreset": 0, "sample": 0}
         self.knn = knn
 
     def knn_index(self):
-        """The graph's hnswlib shards as one :class:`streamclust.knn.KNNIndex` (loaded in memory)."""
+        """The graph's hnswlib shards as one :class:`streamclust.toolkit.KNNIndex` (in memory)."""
         if self.knn is None:
             raise RuntimeError("no kNN graph: declare Requirements(knn=k) to have one built")
         from .knn import KNN_DIR, load_index
@@ -58,10 +69,38 @@ class Context:
     def rng(self, *stream: int) -> np.random.Generator:
         return np.random.Generator(np.random.PCG64(np.random.SeedSequence([self.seed, *stream])))
 
+    def _bar(self, data, desc: str):
+        from tqdm.auto import tqdm
+        return tqdm(total=data.n_rows, unit="rows", desc=desc, leave=False, file=sys.stderr,
+                    disable=not self._progress)
+
     def aggregate(self, step, params, *, data=None, state=(), merge=merge_sum):
+        """The map-reduce pass (see :meth:`Executor.aggregate`)."""
         data = self.data if data is None else data
-        return self.executor.aggregate(step, data, params, state=state, merge=merge,
-                                       batch_size=self.batch_size, progress=self._progress)
+        self.passes += 1
+        with self._bar(data, f"epoch {self.epoch} pass") as bar:
+            return self.executor.aggregate(step, data, params, state=state, merge=merge,
+                                           batch_size=self.batch_size, progress=bar.update)
+
+    def scan(self, step, carry, params=None, *, data=None, state=(), block_rows: int = BLOCK_ROWS,
+             stream: int = 0, combine=None):
+        """The ordered pass for SGD: ``carry = step(block, row_state_slices, carry, params)`` for
+        blocks of ``block_rows`` consecutive rows visited in an order drawn from (seed, epoch,
+        ``stream``); returns the final carry.  The result depends on the seed and
+        ``block_rows``, never on the engine's ``batch_size``.  Use the returned carry: on a
+        distributed executor each worker runs a contiguous share of the order from the same
+        carry and the shares are combined (``combine(carries, rows)``, default the row-weighted
+        mean); ``last_scan`` then reports the shares and how far their carries lay apart."""
+        data = self.data if data is None else data
+        if not isinstance(block_rows, (int, np.integer)) or block_rows < 1:
+            raise ValueError(f"block_rows must be a positive integer, got {block_rows!r}")
+        blocks = shuffled_blocks(data.n_rows, int(block_rows), self.rng(0x5CA7, self.epoch, stream))
+        self.passes += 1
+        with self._bar(data, f"epoch {self.epoch} scan") as bar:
+            carry, self.last_scan = self.executor.scan(step, data, carry, params, blocks=blocks,
+                                                       state=state, combine=combine,
+                                                       progress=bar.update)
+        return carry
 
     def row_state(self, name: str, shape: tuple, dtype, fill=0, existing: bool = False) -> RowState:
         """A memory-mapped per-row array; ``existing=True`` reopens it as a checkpoint left it."""
@@ -79,15 +118,39 @@ class Context:
         from .columns import column_values
         return column_values(self.work_dir, name)
 
-    def sample(self, size: int, stream: int = 0):
+    def prepare(self, coreset: int = 0, sample: int = 0) -> None:
+        """Build the declared summaries (the engine calls this before ``start``)."""
+        self._declared = {"coreset": int(coreset), "sample": int(sample)}
+        if coreset:
+            self.coreset(coreset)
+        if sample:
+            self.sample(sample)
+
+    def _size(self, kind: str, size):
+        size = self._declared[kind] if size is None else int(size)
+        if not size:
+            raise RuntimeError(f"no {kind} size: declare Requirements({kind}=n) or pass a size")
+        return size
+
+    def sample(self, size: int | None = None, stream: int = 0):
         """``(row ids (sorted), rows)``: ``min(size, n_rows)`` rows drawn uniformly without
-        replacement.  The cache knows ``n_rows``, so the ids are drawn first and the rows read in
-        one ordered pass of random access (what a reservoir gives, without its per-row cost)."""
+        replacement (default size: ``Requirements.sample``, kept for the run; others are drawn
+        anew, the same for the same size and stream).  The
+        cache knows ``n_rows``, so the ids are drawn first and the rows read in one ordered pass
+        of random access (what a reservoir gives, without its per-row cost)."""
+        size = self._size("sample", size)
+        key = (size, stream)
+        if key in self._samples:  # the declared sample, built before start
+            ids, X = self._samples[key]
+            return ids, X.copy()
         n = self.n_rows
         if size >= n:
             ids = np.arange(n, dtype=np.int64)
         else:
             ids = np.sort(self.rng(0x5A, stream).choice(n, size=size, replace=False)).astype(np.int64)
+        if key == (self._declared["sample"], 0):
+            self._samples[key] = (ids, self.take(ids))
+            return ids, self._samples[key][1].copy()
         return ids, self.take(ids)
 
     def count_distances(self, n: int) -> None:
@@ -100,8 +163,10 @@ class Context:
             self._stats = self.aggregate(stats_step, None)
         return self._stats
 
-    def coreset(self, size: int):
-        """The lightweight coreset of ``size`` rows (two passes; cached for the run)."""
+    def coreset(self, size: int | None = None):
+        """The lightweight coreset of ``size`` rows (default: ``Requirements.coreset``; two
+        passes, cached for the run)."""
+        size = self._size("coreset", size)
         if size not in self._coresets:
             from .summaries import lightweight_coreset
             self._coresets[size] = lightweight_coreset(self, size, self.rng(0xC0DE, size))

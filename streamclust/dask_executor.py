@@ -20,7 +20,7 @@ import numpy as np
 
 from .cache import FeatureCache, RowState
 from .errors import ParameterError
-from .executor import merge_sum, n_threads
+from .executor import average_states, merge_sum, n_threads, scan_batches, spread
 from .sources import Batch
 
 
@@ -99,15 +99,42 @@ def _run_task(fn, args, shares):
     return fn(*args)
 
 
+def _batches(source, group):
+    """The task's batches: row ranges of the feature cache (``source`` = (path, n, d), opened
+    here), or the batches themselves for in-memory data."""
+    if source is None:
+        return group
+    path, n, d = source
+    X = np.memmap(path, dtype=np.float32, mode="r", shape=(n, d))
+    return (Batch(s, X[s:e]) for s, e in group)
+
+
+def _flush(arrays):
+    for a in arrays:
+        if isinstance(a, np.memmap):
+            a.flush()
+
+
+def _split(items: list, n: int) -> list:
+    """``items`` cut into at most ``n`` contiguous, non-empty groups of near-equal size."""
+    n = max(1, min(len(items), n))
+    edges = np.linspace(0, len(items), n + 1).round().astype(int)
+    return [items[a:b] for a, b in zip(edges[:-1], edges[1:]) if b > a]
+
+
+def _run_scan(step, source, group, state, carry, params, shares=None):
+    """One share of an ordered pass: its blocks in order from the given carry."""
+    _use_share(shares)
+    arrays = tuple(_unpack(s) for s in state)
+    out = scan_batches(step, _batches(source, group), arrays, carry, _unpack(params))
+    _flush(arrays)
+    return out
+
+
 def _run_group(step, merge, source, group, state, params, shares=None):
     """One task: the step over a group of batches, partials merged in order."""
     _use_share(shares)
-    if source is not None:  # (path, n, d): the feature cache, opened here
-        path, n, d = source
-        X = np.memmap(path, dtype=np.float32, mode="r", shape=(n, d))
-        batches = (Batch(s, X[s:e]) for s, e in group)
-    else:
-        batches = group
+    batches = _batches(source, group)
     arrays = tuple(_unpack(s) for s in state)
     params = _unpack(params)
     acc = None
@@ -116,9 +143,7 @@ def _run_group(step, merge, source, group, state, params, shares=None):
         part = step(b, tuple(a[b.start:b.stop] for a in arrays), params)
         acc = part if acc is None else merge(acc, part)
         rows += len(b.X)
-    for a in arrays:
-        if isinstance(a, np.memmap):
-            a.flush()
+    _flush(arrays)
     return acc, rows
 
 
@@ -215,39 +240,73 @@ class DaskExecutor:
                 progress(sizes[i])
         return out
 
-    def aggregate(self, step: Callable, data, params, *, state=(), merge: Callable = merge_sum,
-                  batch_size: int = 65536, progress: Callable[[int], None] | None = None):
-        from distributed import as_completed
-        state_refs = []
+    @staticmethod
+    def _state_refs(state) -> tuple:
+        refs = []
         for i, s in enumerate(state):
             ref = _pack(s, "r+")
             if not isinstance(ref, _MemmapRef):
                 raise ParameterError(f"Dask executor: row state #{i} is not a memory-mapped array; "
                                      "use ctx.row_state so that workers can open it")
-            state_refs.append(ref)
+            refs.append(ref)
+        return tuple(refs)
+
+    @staticmethod
+    def _source(data):
+        """(path, n, d) of a memory-mapped feature cache (workers open it), else None."""
         if isinstance(data, FeatureCache) and isinstance(data.X, np.memmap):
-            source = (data.X.filename, data.n_rows, data.n_features)
-            items = [(s, min(data.n_rows, s + batch_size)) for s in range(0, data.n_rows, batch_size)]
-        else:  # in-memory data (a coreset, a sample): the batches themselves travel
-            source = None
-            items = list(data.iter_batches(batch_size))
-        if not items:
-            return None
-        n_tasks = self._n_tasks(len(items))
-        edges = np.linspace(0, len(items), n_tasks + 1).round().astype(int)
-        groups = [items[a:b] for a, b in zip(edges[:-1], edges[1:]) if b > a]
-        p = self.client.scatter([_pack(params)], broadcast=True, hash=False)[0]
-        shares = self.shares()
-        futures = [self.client.submit(_run_group, step, merge, source, g, tuple(state_refs), p,
-                                      shares, pure=False) for g in groups]
+            return (data.X.filename, data.n_rows, data.n_features)
+        return None
+
+    def _gather(self, futures, progress):
+        """Results of ``futures`` (each ``(value, rows)``) in submission order."""
+        from distributed import as_completed
         results = {}
         for fut in as_completed(futures):
             results[fut.key] = fut.result()
             if progress is not None:
                 progress(results[fut.key][1])
+        return [results[f.key] for f in futures]
+
+    def scan(self, step: Callable, data, carry, params, *, blocks, state=(),
+             combine: Callable | None = None, progress: Callable[[int], None] | None = None):
+        """The ordered pass on the cluster: ``blocks`` (already in their visiting order) are cut
+        into one contiguous share per worker thread; each share runs from the same ``carry``;
+        the shares' carries are combined (``combine(carries, rows)``, default: row-weighted
+        mean).  With one worker thread this is the local pass exactly."""
+        if not blocks:
+            return carry, {"shares": 0, "rows": 0, "spread": 0.0}
+        source = self._source(data)
+        items = list(blocks) if source is not None else [data.rows(s, e) for s, e in blocks]
+        groups = _split(items, self.parallelism())
+        p = self.client.scatter([_pack(params)], broadcast=True, hash=False)[0]
+        refs, shares = self._state_refs(state), self.shares()
+        futures = [self.client.submit(_run_scan, step, source, g, refs, carry, p, shares, pure=False)
+                   for g in groups]
+        results = self._gather(futures, progress)
+        carries, rows = [r[0] for r in results], [r[1] for r in results]
+        if len(carries) == 1:
+            return carries[0], {"shares": 1, "rows": rows[0], "spread": 0.0}
+        out = (combine or average_states)(carries, rows)
+        return out, {"shares": len(carries), "rows": int(sum(rows)), "spread": spread(carries, out)}
+
+    def aggregate(self, step: Callable, data, params, *, state=(), merge: Callable = merge_sum,
+                  batch_size: int = 65536, progress: Callable[[int], None] | None = None):
+        state_refs = self._state_refs(state)
+        source = self._source(data)
+        if source is not None:
+            items = [(s, min(data.n_rows, s + batch_size)) for s in range(0, data.n_rows, batch_size)]
+        else:  # in-memory data (a coreset, a sample): the batches themselves travel
+            items = list(data.iter_batches(batch_size))
+        if not items:
+            return None
+        groups = _split(items, self._n_tasks(len(items)))
+        p = self.client.scatter([_pack(params)], broadcast=True, hash=False)[0]
+        shares = self.shares()
+        futures = [self.client.submit(_run_group, step, merge, source, g, state_refs, p,
+                                      shares, pure=False) for g in groups]
         acc = None
-        for fut in futures:
-            part = results[fut.key][0]
+        for part, _ in self._gather(futures, progress):
             if part is not None:
                 acc = part if acc is None else merge(acc, part)
         return acc

@@ -1,6 +1,8 @@
-"""The engine: open the data, build the feature cache, run the algorithm's epochs, call hooks."""
+"""The engine: open the data, build the feature cache and the declared summaries, run the
+algorithm's epochs, call hooks.  ``fit`` reads as its three stages: prepare, loop, finish."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -31,10 +33,18 @@ class Run:
     history: list = field(default_factory=list)
 
 
-def _progress_enabled(progress) -> bool:
-    if progress is None:
-        return sys.stderr.isatty()
-    return bool(progress)
+@dataclass
+class _State:
+    """One fit in progress: what ``_prepare`` built and the loop and ``_finish`` use."""
+
+    algo: object
+    data: object
+    ctx: Context
+    run: Run
+    identity: dict
+    show: bool
+    checkpoints: bool
+    info: dict
 
 
 def _check_int(name, value, low):
@@ -42,22 +52,143 @@ def _check_int(name, value, low):
         raise ParameterError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
-def _begin(algo, ctx, run, identity: dict, resume: bool):
+def _executor(executor, client):
+    if client is not None:
+        if executor is not None:
+            raise ParameterError("give either executor= or client=, not both")
+        from .dask_executor import DaskExecutor
+        return DaskExecutor(client)
+    return executor or LocalExecutor()
+
+
+def _open(data, algo, features, on_invalid):
+    req = algo.requirements()
+    d = open_data(data, features=features, on_invalid=on_invalid, exclude=req.columns)
+    check_columns(d.source.schema, req.columns, d.source.name, algo.name)
+    overlap = sorted(set(req.columns) & set(d.spec.columns))
+    if overlap:
+        raise DataError(f"{d.source.name}: column(s) {overlap} cannot be both features and "
+                        f"labels for algorithm '{algo.name}'")
+    return d
+
+
+def _work_dir(stack: contextlib.ExitStack, work_dir: str | None) -> tuple[str, bool]:
+    """The run's work directory (a temporary one, removed at the end, unless given)."""
+    if work_dir is None:
+        work_dir = tempfile.mkdtemp(prefix="streamclust-")
+        stack.callback(shutil.rmtree, work_dir, ignore_errors=True)
+        return work_dir, True
+    os.makedirs(work_dir, exist_ok=True)
+    return work_dir, False
+
+
+def _bar(show: bool, **kw):
+    from tqdm.auto import tqdm
+    return tqdm(disable=not show, file=sys.stderr, **kw)
+
+
+def _graph(cache, req, work_dir, executor, seed, batch_size, show, knn_options):
+    """The kNN graph an algorithm declared (``Requirements.knn``), built or reused."""
+    from .knn import KNN_DIR, build_graph
+    t = time.perf_counter()
+    with _bar(show, total=2 * cache.n_rows, unit="rows", desc="kNN graph", leave=False) as bar:
+        graph = build_graph(cache, req.knn, os.path.join(work_dir, KNN_DIR), seed=seed,
+                            batch_size=batch_size, progress=bar.update, executor=executor,
+                            **(knn_options or {}))
+    return graph, {"seconds": time.perf_counter() - t, "status": graph.status, "n_neighbors": req.knn}
+
+
+def _prepare(algo, d, work_dir, executor, opts) -> _State:
+    """Feature cache, kNN graph and the declared summaries; the context and the run record."""
+    req, show = algo.requirements(), opts["show"]
+    t0 = time.perf_counter()
+    with _bar(show, total=d.n_rows, unit="rows", desc="reading", leave=False) as bar:
+        cache = FeatureCache.build(d, work_dir, opts["batch_size"], progress=bar.update,
+                                   columns=req.columns, transform=req.transform)
+    if algo.n_clusters > cache.n_rows:
+        raise DataError(f"{d.source.name}: more clusters ({algo.n_clusters}) than rows ({cache.n_rows})")
+    info = {"rows": cache.n_rows, "rows_skipped": cache.skipped, "features": cache.n_features,
+            "batch_size": opts["batch_size"], "t0": t0,
+            "executor": getattr(executor, "name", type(executor).__name__)}
+    graph = None
+    if req.knn:
+        graph, info["knn"] = _graph(cache, req, work_dir, executor, algo.seed, opts["batch_size"],
+                                    show, opts["knn_options"])
+    ctx = Context(cache, work_dir, executor, algo.n_clusters, algo.seed, opts["batch_size"],
+                  progress=show, knn=graph)
+    ctx.prepare(coreset=req.coreset, sample=req.sample)
+    if req.coreset or req.sample:
+        info["summaries"] = {"coreset": req.coreset, "sample": req.sample, "passes": ctx.passes}
+    run = Run(algo.name, algo.get_params(), cache.n_rows, cache.n_features, work_dir)
+    identity = {"algorithm": algo.name, "params": algo.get_params(),
+                "batch_size": opts["batch_size"], "data": cache.meta.get("fingerprint"),
+                "rows": cache.n_rows, "features": d.spec.to_json(), "on_invalid": d.on_invalid}
+    return _State(algo, d, ctx, run, identity, show, not opts["owned"] and algo.can_resume(), info)
+
+
+def _begin(st: _State, resume: bool):
     """Restore the algorithm from the work directory's checkpoint (``resume``) or ``start`` it.
-    Returns the first epoch to run, the start record and the epoch resumed from (or None)."""
+    Returns the first epoch to run."""
+    algo, ctx, run = st.algo, st.ctx, st.run
     found = checkpoint.find(ctx.work_dir) if resume else None
     if found is None:
         t = time.perf_counter()
         algo.start(ctx)
-        return 0, {"seconds": time.perf_counter() - t,
-                   "distance_evaluations": ctx.distance_evaluations}, None
-    meta = checkpoint.load(found, identity)
+        st.info["start"] = {"seconds": time.perf_counter() - t,
+                            "distance_evaluations": ctx.distance_evaluations}
+        return 0
+    meta = checkpoint.load(found, st.identity)
     checkpoint.restore_row_state(found, ctx.work_dir, meta["row_state"])
     algo.restore(ctx, meta["state"])
     run.history = list(meta["history"])
     ctx.distance_evaluations = int(meta["extra"]["distance_evaluations"])
-    first = int(meta["epoch"])
-    return first, meta["extra"]["start"], first
+    st.info["start"] = meta["extra"]["start"]
+    st.info["resumed_from_epoch"] = int(meta["epoch"])
+    return int(meta["epoch"])
+
+
+def _epoch(st: _State, epoch: int, host) -> bool:
+    """Run one epoch, record it, call the hook, write the checkpoint; True when converged."""
+    algo, ctx, run = st.algo, st.ctx, st.run
+    ctx.epoch = epoch
+    before = ctx.distance_evaluations
+    t = time.perf_counter()
+    rep = algo.run_epoch(ctx)
+    record = {"epoch": epoch, "objective": float(rep.objective), "rows": int(rep.rows),
+              "seconds": time.perf_counter() - t,
+              "distance_evaluations": int(rep.distance_evaluations) + ctx.distance_evaluations - before,
+              "converged": bool(rep.converged), **rep.extras}
+    run.history.append(record)
+    host.hook.streamclust_epoch_finished(run=run, report=record)
+    if st.checkpoints:
+        checkpoint.write(ctx.work_dir, st.identity, epoch + 1, run.history,
+                         {"start": st.info["start"], "distance_evaluations": ctx.distance_evaluations},
+                         algo.checkpoint())
+    return bool(rep.converged)
+
+
+def _loop(st: _State, first: int, max_epochs: int, host) -> bool:
+    """Epochs ``first .. max_epochs - 1`` until one reports convergence; True if one did."""
+    if st.run.history and st.run.history[-1].get("converged"):
+        return True
+    with _bar(st.show, total=max_epochs, initial=first, unit="epoch", desc=st.algo.name) as bar:
+        for epoch in range(first, max_epochs):
+            done = _epoch(st, epoch, host)
+            bar.set_postfix(objective=f"{st.run.history[-1]['objective']:.6g}")
+            bar.update(1)
+            if done:
+                return True
+    return False
+
+
+def _finish(st: _State, converged: bool, host) -> Model:
+    st.algo.finish(st.ctx)
+    info = dict(st.info)
+    info.update(epochs=len(st.run.history), converged=converged,
+                seconds=time.perf_counter() - info.pop("t0"))
+    model = Model(st.algo, st.data.spec, st.ctx.n_features, st.run.history, info)
+    host.hook.streamclust_run_finished(run=st.run, model=model)
+    return model
 
 
 def fit(data, algorithm: str = "dgmm", n_clusters: int = 8, *, features=None, seed: int = 0,
@@ -84,101 +215,24 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int = 8, *, features=None, se
     if blas_threads is not None:
         _check_int("blas_threads", blas_threads, 1)
     host = host or PluginHost()
-    cls = host.algorithm(algorithm)
-    algo = cls(n_clusters, seed=seed, **params)
-    req = algo.requirements()
-    d = open_data(data, features=features, on_invalid=on_invalid, exclude=req.columns)
-    check_columns(d.source.schema, req.columns, d.source.name, algorithm)
-    overlap = sorted(set(req.columns) & set(d.spec.columns))
-    if overlap:
-        raise DataError(f"{d.source.name}: column(s) {overlap} cannot be both features and "
-                        f"labels for algorithm '{algorithm}'")
-    if client is not None:
-        if executor is not None:
-            raise ParameterError("give either executor= or client=, not both")
-        from .dask_executor import DaskExecutor
-        executor = DaskExecutor(client)
-    executor = executor or LocalExecutor()
-    if resume and work_dir is None:
-        raise ParameterError("resume needs the work_dir of the interrupted run")
-    if resume and not cls.can_resume():
-        raise ParameterError(f"algorithm '{algorithm}' cannot resume (it writes no checkpoints)")
-    owned = work_dir is None
-    work_dir = tempfile.mkdtemp(prefix="streamclust-") if owned else work_dir
-    os.makedirs(work_dir, exist_ok=True)
-    show = _progress_enabled(progress)
-    lock = checkpoint.WorkDirLock(work_dir)
-    lock.__enter__()
-    blas = limit_blas(blas_threads)
-    blas.__enter__()
-    try:
-        from tqdm.auto import tqdm
-        t0 = time.perf_counter()
-        with tqdm(total=d.n_rows, unit="rows", desc="reading", disable=not show, file=sys.stderr,
-                  leave=False) as bar:
-            cache = FeatureCache.build(d, work_dir, batch_size, progress=bar.update,
-                                        columns=req.columns, transform=req.transform)
-        if algo.n_clusters > cache.n_rows:
-            raise DataError(f"{d.source.name}: more clusters ({algo.n_clusters}) than rows ({cache.n_rows})")
-        knn_info = None
-        graph = None
-        if req.knn:
-            from .knn import KNN_DIR, build_graph
-            t_knn = time.perf_counter()
-            with tqdm(total=2 * cache.n_rows, unit="rows", desc="kNN graph", disable=not show,
-                      file=sys.stderr, leave=False) as bar:
-                graph = build_graph(cache, req.knn, os.path.join(work_dir, KNN_DIR),
-                                    seed=seed, batch_size=batch_size, progress=bar.update,
-                                    executor=executor,
-                                    **(knn_options or {}))
-            knn_info = {"seconds": time.perf_counter() - t_knn, "status": graph.status,
-                        "n_neighbors": req.knn}
-        ctx = Context(cache, work_dir, executor, algo.n_clusters, algo.seed, batch_size, knn=graph)
-        run = Run(algorithm, algo.get_params(), cache.n_rows, cache.n_features, work_dir)
-        identity = {"algorithm": algorithm, "params": algo.get_params(), "batch_size": batch_size,
-                    "data": cache.meta.get("fingerprint"), "rows": cache.n_rows,
-                    "features": d.spec.to_json(), "on_invalid": on_invalid}
-        first, start_info, resumed_from = _begin(algo, ctx, run, identity, resume)
-        host.hook.streamclust_run_started(run=run)
-        write_ckpt = not owned and cls.can_resume()
-        converged = bool(run.history) and bool(run.history[-1].get("converged"))
-        with tqdm(total=max_epochs, initial=first, unit="epoch", desc=algorithm,
-                  disable=not show, file=sys.stderr) as bar:
-            for epoch in range(first, max_epochs if not converged else first):
-                ctx.epoch = epoch
-                before = ctx.distance_evaluations
-                t = time.perf_counter()
-                rep = algo.run_epoch(ctx)
-                record = {"epoch": epoch, "objective": float(rep.objective), "rows": int(rep.rows),
-                          "seconds": time.perf_counter() - t,
-                          "distance_evaluations": int(rep.distance_evaluations)
-                          + ctx.distance_evaluations - before,
-                          "converged": bool(rep.converged), **rep.extras}
-                run.history.append(record)
-                host.hook.streamclust_epoch_finished(run=run, report=record)
-                bar.set_postfix(objective=f"{rep.objective:.6g}")
-                bar.update(1)
-                if write_ckpt:
-                    checkpoint.write(work_dir, identity, epoch + 1, run.history,
-                               {"start": start_info, "distance_evaluations": ctx.distance_evaluations},
-                               algo.checkpoint())
-                if rep.converged:
-                    converged = True
-                    break
-        algo.finish(ctx)
-        info = {"rows": cache.n_rows, "rows_skipped": cache.skipped, "features": cache.n_features,
-                "epochs": len(run.history), "converged": converged, "start": start_info,
-                "seconds": time.perf_counter() - t0, "batch_size": batch_size,
-                "executor": getattr(executor, "name", type(executor).__name__)}
-        if knn_info:
-            info["knn"] = knn_info
-        if resume:
-            info["resumed_from_epoch"] = resumed_from
-        model = Model(algo, d.spec, cache.n_features, run.history, info)
-        host.hook.streamclust_run_finished(run=run, model=model)
-        return model
-    finally:
-        blas.__exit__(None, None, None)
-        lock.__exit__(None, None, None)
-        if owned:
-            shutil.rmtree(work_dir, ignore_errors=True)
+    algo = host.algorithm(algorithm)(n_clusters, seed=seed, **params)
+    d = _open(data, algo, features, on_invalid)
+    executor = _executor(executor, client)
+    if resume and (work_dir is None or not algo.can_resume()):
+        raise ParameterError("resume needs the work_dir of the interrupted run" if work_dir is None
+                             else f"algorithm '{algorithm}' cannot resume (it writes no checkpoints)")
+    with contextlib.ExitStack() as stack:
+        work_dir, owned = _work_dir(stack, work_dir)
+        stack.enter_context(checkpoint.WorkDirLock(work_dir))
+        stack.enter_context(limit_blas(blas_threads))
+        st = _prepare(algo, d, work_dir, executor, {"show": _progress_enabled(progress), "owned": owned,
+                                                    "batch_size": batch_size, "knn_options": knn_options})
+        first = _begin(st, resume)
+        host.hook.streamclust_run_started(run=st.run)
+        return _finish(st, _loop(st, first, max_epochs, host), host)
+
+
+def _progress_enabled(progress) -> bool:
+    if progress is None:
+        return sys.stderr.isatty()
+    return bool(progress)

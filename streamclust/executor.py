@@ -1,5 +1,11 @@
-"""Executors run ``step(batch, row_state_slices, params) -> partial`` over every batch of a data
-view and reduce the partials with ``merge``.  Steps are plain functions of their arguments."""
+"""Executors run the two kinds of pass, both with plain functions of their arguments as steps:
+
+* ``aggregate`` (map-reduce): ``step(batch, row_state_slices, params) -> partial`` over every
+  batch of a data view, the partials reduced with ``merge``;
+* ``scan`` (ordered, for SGD): ``step(block, row_state_slices, carry, params) -> carry`` over
+  blocks of rows in a given order, a small ``carry`` (model weights) threaded through.  A
+  distributed executor runs contiguous shares of the order from the same carry and combines
+  the shares' carries (row-weighted mean by default)."""
 from __future__ import annotations
 
 import contextlib
@@ -56,6 +62,14 @@ class LocalExecutor:
     #: False: the data and the work directory are only known to this process
     distributed = False
 
+    def scan(self, step: Callable, data, carry, params, *, blocks, state=(),
+             combine: Callable | None = None, progress: Callable[[int], None] | None = None):
+        """The ordered pass: every block ``(start, stop)`` of ``blocks`` in turn.  Returns
+        ``(carry, info)``; ``info`` says how many shares ran (always 1 here)."""
+        batches = (data.rows(s, e) for s, e in blocks)
+        carry, rows = scan_batches(step, batches, state, carry, params, progress)
+        return carry, {"shares": 1, "rows": rows, "spread": 0.0}
+
     def aggregate(self, step: Callable, data, params, *, state=(), merge: Callable = merge_sum,
                   batch_size: int = 65536, progress: Callable[[int], None] | None = None):
         acc = None
@@ -73,3 +87,70 @@ def weights_of(batch) -> np.ndarray:
     if batch.weights is None:
         return np.ones(len(batch.X), dtype=np.float64)
     return np.asarray(batch.weights, dtype=np.float64)
+
+
+def scan_batches(step, batches, state, carry, params, progress=None):
+    """``carry = step(batch, row_state_slices, carry, params)`` for each batch in order."""
+    rows = 0
+    for b in batches:
+        carry = step(b, tuple(a[b.start:b.stop] for a in state), carry, params)
+        rows += len(b.X)
+        if progress is not None:
+            progress(len(b.X))
+    return carry, rows
+
+
+def shuffled_blocks(n_rows: int, block_rows: int, rng: np.random.Generator) -> list:
+    """Blocks ``(start, stop)`` of ``block_rows`` consecutive rows, in a random order."""
+    starts = np.arange(0, n_rows, block_rows)
+    return [(int(s), int(min(n_rows, s + block_rows))) for s in rng.permutation(starts)]
+
+
+def _leaves(x) -> list:
+    if isinstance(x, (tuple, list)):
+        return [leaf for v in x for leaf in _leaves(v)]
+    if isinstance(x, dict):
+        return [leaf for k in sorted(x) for leaf in _leaves(x[k])]
+    return [x]
+
+
+def _rebuild(template, it):
+    if isinstance(template, tuple):
+        items = [_rebuild(v, it) for v in template]
+        return type(template)(*items) if hasattr(template, "_fields") else tuple(items)
+    if isinstance(template, list):
+        return [_rebuild(v, it) for v in template]
+    if isinstance(template, dict):
+        return {k: _rebuild(template[k], it) for k in sorted(template)}
+    return next(it)
+
+
+def average_states(carries: list, rows: list):
+    """Row-weighted mean of the shares' carries, leaf by leaf (arrays and numbers inside
+    tuples, namedtuples, lists and dicts); integer leaves are rounded back to their dtype."""
+    w = np.asarray(rows, dtype=np.float64)
+    w = w / w.sum() if w.sum() > 0 else np.full(len(w), 1.0 / len(w))
+    columns = list(zip(*(_leaves(c) for c in carries)))
+    out = []
+    for col in columns:
+        arr = [np.asarray(v) for v in col]
+        mean = sum(wi * a.astype(np.float64) for wi, a in zip(w, arr))
+        kind = arr[0].dtype
+        if kind.kind in "iub":
+            mean = np.rint(mean).astype(kind)
+        elif kind.kind == "f":
+            mean = mean.astype(kind)
+        out.append(mean if isinstance(col[0], np.ndarray) else mean.item())
+    return _rebuild(carries[0], iter(out))
+
+
+def spread(carries: list, combined) -> float:
+    """How far the shares' carries lay apart: the largest ‖carry − combined‖ / ‖combined‖ over
+    the shares (all float leaves taken as one vector)."""
+    ref = np.concatenate([np.ravel(np.asarray(v, np.float64)) for v in _leaves(combined)] or [[0.0]])
+    norm = float(np.linalg.norm(ref)) or 1.0
+    out = 0.0
+    for c in carries:
+        v = np.concatenate([np.ravel(np.asarray(x, np.float64)) for x in _leaves(c)] or [[0.0]])
+        out = max(out, float(np.linalg.norm(v - ref)) / norm)
+    return out

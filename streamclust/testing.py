@@ -7,14 +7,23 @@ Use it from pytest by subclassing::
     class TestMyAlgorithm(AlgorithmContract):
         algorithm = "my-algorithm"        # the registered name
         params = {"some_param": 3}        # optional: fast settings
+        skips = {"check_save_load": "why this check does not apply"}   # optional
 
-or call :func:`check_algorithm` (runs every check, raises AssertionError on the first failure).
-The checks compare against independent facts (the same run repeated, a subset, a saved copy,
-the known clusters of well-separated blobs), never against stored results.
+or call :func:`check_algorithm` (runs every applicable check, raises AssertionError on the first
+failure).  The test methods are generated from :data:`CHECKS`: one ``test_<check>`` per check.
+A check that needs a capability runs only where the algorithm has it (``resume``: it writes
+checkpoints; ``soft``: ``Algorithm.soft_predict``; ``executor``: a Dask cluster, started by
+:meth:`AlgorithmContract.make_executor` when ``dask.distributed`` is installed) and is skipped
+with the reason otherwise.  ``skips`` names checks to skip with a reason (as River's
+``_unit_test_skips``).  The checks compare against independent facts (the same run repeated, a
+subset, a saved copy, an uninterrupted fit, the known clusters of well-separated blobs), never
+against stored results.
 """
 from __future__ import annotations
 
 import tempfile
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -23,6 +32,19 @@ from .errors import ParameterError
 from .metrics import nmi
 from .model import load_model
 from .plugins import PluginHost
+
+
+def make_context(X, work_dir: str, n_clusters: int = 2, seed: int = 0, batch_size: int = 65536):
+    """A :class:`~streamclust.context.Context` over ``X`` (cached in ``work_dir``) with the local
+    executor, for testing an algorithm's helpers (seeding, passes) outside a fit."""
+    from .cache import FeatureCache
+    from .context import Context
+    from .executor import LocalExecutor
+    from .sources import open_data
+    import os
+    os.makedirs(work_dir, exist_ok=True)
+    cache = FeatureCache.build(open_data(X), work_dir, batch_size)
+    return Context(cache, work_dir, LocalExecutor(), n_clusters, seed, batch_size)
 
 
 def make_blobs(n=600, k=4, d=5, seed=0, spread=0.3):
@@ -156,46 +178,129 @@ def check_parameter_errors_early(algorithm, params=None, host=None):
         raise AssertionError(f"parameter '{name}' accepted {bad!r}")
 
 
-CHECKS = [check_labels_valid, check_deterministic, check_batch_size_independent,
-          check_no_input_mutation, check_readonly_and_edge_batches, check_predict_subset,
-          check_save_load, check_parameter_errors_early]
+def _assert_same_state(a, b, what: str, rtol=1e-6):
+    sa, sb = a.algorithm_.state(), b.algorithm_.state()
+    for k, v in sa.items():
+        if isinstance(v, np.ndarray) and v.dtype.kind == "f":
+            np.testing.assert_allclose(v, sb[k], rtol=rtol, atol=1e-9 * (1 + np.abs(v).max(initial=0)),
+                                       err_msg=f"{k} {what}")
+        elif isinstance(v, np.ndarray):
+            assert np.array_equal(v, sb[k]), f"{k} {what}"
 
 
-def check_algorithm(algorithm: str, params=None, host=None) -> None:
-    """Run every contract check on ``algorithm``."""
+def check_resume(algorithm, params=None, host=None):
+    """A fit stopped after 2 epochs and resumed from its work directory equals an
+    uninterrupted fit (labels, state, history)."""
+    X, _ = make_blobs(seed=8)
+    p = _params(algorithm, params, host)
+    full = _fit(algorithm, X, 4, p, host, seed=3, max_epochs=8)
+    with tempfile.TemporaryDirectory() as d:
+        _fit(algorithm, X, 4, p, host, seed=3, max_epochs=2, work_dir=d)
+        done = _fit(algorithm, X, 4, p, host, seed=3, max_epochs=8, work_dir=d, resume=True)
+    assert np.array_equal(done.predict(X), full.predict(X)), "resume changed the labels"
+    _assert_same_state(done, full, "differs after resume")
+    assert [h["epoch"] for h in done.history] == [h["epoch"] for h in full.history]
+    np.testing.assert_allclose([h["objective"] for h in done.history],
+                               [h["objective"] for h in full.history], rtol=1e-9)
+
+
+def check_soft_predict(algorithm, params=None, host=None):
+    """``predict(X, soft=True)``: n × k non-negative rows summing to 1, whose largest entry is
+    the hard label wherever it is clear (a margin above 1e-9)."""
+    X, _ = make_blobs(seed=9)
+    m = _fit(algorithm, X, 4, _params(algorithm, params, host), host)
+    labels, P = m.predict(X, soft=True)
+    assert P is not None and P.shape == (len(X), 4), f"soft output of shape {getattr(P, 'shape', None)}"
+    assert (P >= 0).all() and np.allclose(P.sum(axis=1), 1.0, atol=1e-9), "rows must sum to 1"
+    top = np.sort(P, axis=1)
+    clear = top[:, -1] - top[:, -2] > 1e-9
+    assert np.array_equal(P.argmax(axis=1)[clear], labels[clear]), "soft and hard labels disagree"
+    assert np.array_equal(m.predict(X), labels)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One contract check and the capability it needs ('' for none)."""
+
+    fn: Callable
+    needs: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.fn.__name__
+
+
+CHECKS = [Check(check_labels_valid), Check(check_deterministic), Check(check_batch_size_independent),
+          Check(check_no_input_mutation), Check(check_readonly_and_edge_batches),
+          Check(check_predict_subset), Check(check_save_load), Check(check_parameter_errors_early),
+          Check(check_resume, "resume"), Check(check_soft_predict, "soft"),
+          Check(check_executor_equivalent, "executor")]
+
+
+def capabilities(algorithm: str, host=None) -> set:
+    """What the algorithm can do of the capabilities checks need ('executor' is the caller's)."""
+    cls = (host or PluginHost()).algorithm(algorithm)
+    return {c for c, ok in (("resume", cls.can_resume()), ("soft", cls.soft_predict)) if ok}
+
+
+def check_algorithm(algorithm: str, params=None, host=None, skips=None, executor=None) -> list:
+    """Run every applicable contract check on ``algorithm``; returns the names of the checks
+    not run, with the reason."""
+    caps = capabilities(algorithm, host) | ({"executor"} if executor is not None else set())
+    skipped = []
     for check in CHECKS:
-        check(algorithm, params, host)
+        reason = (skips or {}).get(check.name)
+        if reason is None and check.needs and check.needs not in caps:
+            reason = f"needs the capability '{check.needs}'"
+        if reason is not None:
+            skipped.append((check.name, reason))
+        elif check.needs == "executor":
+            check.fn(algorithm, params, host, executor=executor)
+        else:
+            check.fn(algorithm, params, host)
+    return skipped
 
 
 class AlgorithmContract:
-    """Subclass in a ``Test*`` class with ``algorithm = "name"`` (and optional ``params``)."""
+    """Subclass in a ``Test*`` class with ``algorithm = "name"`` (and optional ``params`` and
+    ``skips``); one ``test_<check>`` method per entry of :data:`CHECKS`."""
 
     algorithm: str = ""
     params: dict = {}
+    #: check name → reason, for checks that do not apply to this algorithm
+    skips: dict = {}
 
-    def _run(self, check):
-        check(self.algorithm, self.params, None)
+    @classmethod
+    def make_executor(cls):
+        """The executor for ``check_executor_equivalent``: a local Dask cluster with two worker
+        processes (closed after the check), or None to skip the check."""
+        try:
+            from .dask_executor import DaskExecutor
+            return DaskExecutor(scheduler="local", n_workers=2)
+        except ParameterError:  # dask.distributed not installed
+            return None
 
-    def test_labels_valid(self):
-        self._run(check_labels_valid)
 
-    def test_deterministic(self):
-        self._run(check_deterministic)
+def _make_test(check: Check):
+    def test(self):
+        import pytest
+        reason = self.skips.get(check.name)
+        if reason is not None:
+            pytest.skip(reason)
+        if check.needs == "executor":
+            executor = self.make_executor()
+            if executor is None:
+                pytest.skip("no executor: install streamclust[dask]")
+            with executor:
+                check.fn(self.algorithm, self.params, None, executor=executor)
+            return
+        if check.needs and check.needs not in capabilities(self.algorithm):
+            pytest.skip(f"'{self.algorithm}' lacks the capability '{check.needs}'")
+        check.fn(self.algorithm, self.params, None)
+    test.__name__ = "test_" + check.name[len("check_"):]
+    test.__doc__ = check.fn.__doc__
+    return test
 
-    def test_batch_size_independent(self):
-        self._run(check_batch_size_independent)
 
-    def test_no_input_mutation(self):
-        self._run(check_no_input_mutation)
-
-    def test_readonly_and_edge_batches(self):
-        self._run(check_readonly_and_edge_batches)
-
-    def test_predict_subset(self):
-        self._run(check_predict_subset)
-
-    def test_save_load(self):
-        self._run(check_save_load)
-
-    def test_parameter_errors_early(self):
-        self._run(check_parameter_errors_early)
+for _check in CHECKS:
+    setattr(AlgorithmContract, "test_" + _check.name[len("check_"):], _make_test(_check))

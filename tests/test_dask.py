@@ -11,8 +11,7 @@ distributed = pytest.importorskip("distributed", reason="the Dask tests need str
 import streamclust  # noqa: E402
 from streamclust.cli import main  # noqa: E402
 from streamclust.dask_executor import DaskExecutor  # noqa: E402
-from streamclust.plugins import PluginHost  # noqa: E402
-from streamclust.testing import check_executor_equivalent, make_blobs  # noqa: E402
+from streamclust.testing import make_blobs  # noqa: E402
 
 from conftest import write_parquet_dir  # noqa: E402
 
@@ -27,11 +26,6 @@ def dask_executor():
     finally:
         client.close()
         cluster.close()
-
-
-@pytest.mark.parametrize("algorithm", sorted(PluginHost().algorithms))
-def test_dask_and_local_executors_agree(algorithm, dask_executor):
-    check_executor_equivalent(algorithm, executor=dask_executor)
 
 
 def test_dask_runs_every_batch_once_and_merges_in_order(dask_executor, tmp_path):

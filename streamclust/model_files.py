@@ -1,0 +1,134 @@
+"""The model directory: ``model.json`` (algorithm, version, parameters, feature schema, history,
+the checksums of every other file) + ``arrays.npz`` (``allow_pickle=False``) + the algorithm's
+extra files.  Written to a temporary directory and renamed; loading checks every checksum before
+anything reads a file and never executes its content."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+
+import numpy as np
+
+from .errors import ModelError, StreamclustError
+from .features import FeatureSpec
+
+MODEL_JSON = "model.json"
+ARRAYS = "arrays.npz"
+FORMAT = 1
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.generic):
+        return x.item()
+    return x
+
+
+def save_model(model, path: str) -> str:
+    """Write ``model`` to the directory ``path`` atomically (temporary directory, then rename)."""
+    state = model.algorithm_.state()
+    arrays = {k: np.asarray(v) for k, v in state.items() if isinstance(v, np.ndarray)}
+    extra = {k: v for k, v in state.items() if not isinstance(v, np.ndarray)}
+    path = os.path.abspath(path)
+    parent = os.path.dirname(path)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".streamclust-model-", dir=parent)
+    try:
+        np.savez(os.path.join(tmp, ARRAYS), **arrays)
+        files = {}
+        for name in model.algorithm_.save_files(tmp):
+            if name in (ARRAYS, MODEL_JSON) or os.path.basename(name) != name:
+                raise StreamclustError(f"algorithm '{model.algorithm}' wrote a model file with a "
+                                       f"reserved or nested name: {name!r}")
+            files[name] = _sha256(os.path.join(tmp, name))
+        from . import __version__
+        meta = {"format": FORMAT, "streamclust_version": __version__,
+                "algorithm": model.algorithm, "algorithm_version": model.algorithm_.version,
+                "params": model.params, "features": None if model.feature_spec is None else
+                model.feature_spec.to_json(), "n_features": model.n_features,
+                "history": model.history, "info": model.info, "state": extra,
+                "arrays": sorted(arrays), "arrays_sha256": _sha256(os.path.join(tmp, ARRAYS)),
+                "files": files}
+        with open(os.path.join(tmp, MODEL_JSON), "w") as f:
+            json.dump(_jsonable(meta), f, indent=1)
+        old = None
+        if os.path.exists(path):
+            if not os.path.isdir(path) or (os.listdir(path) and
+                                           not os.path.exists(os.path.join(path, MODEL_JSON))):
+                raise StreamclustError(f"{path}: exists and is not a model directory; not overwritten")
+            old = path + ".old-" + os.path.basename(tmp)
+            os.replace(path, old)
+        os.replace(tmp, path)
+        if old:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path
+
+
+def load_model(path: str, host=None):
+    """Load a model directory written by :meth:`Model.save`; never executes its content."""
+    from .model import Model
+    from .plugins import PluginHost
+    mj, ar = os.path.join(path, MODEL_JSON), os.path.join(path, ARRAYS)
+    if not os.path.isfile(mj) or not os.path.isfile(ar):
+        raise ModelError(f"{path}: not a model directory (needs {MODEL_JSON} and {ARRAYS})")
+    try:
+        with open(mj) as f:
+            meta = json.load(f)
+        name, params = meta["algorithm"], meta["params"]
+        sha, n_features = meta["arrays_sha256"], int(meta["n_features"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise ModelError(f"{mj}: unreadable or incomplete model description ({e})") from None
+    if meta.get("format") != FORMAT:
+        raise ModelError(f"{mj}: model format {meta.get('format')!r} is not supported (expected {FORMAT})")
+    if _sha256(ar) != sha:
+        raise ModelError(f"{ar}: does not match the checksum in {MODEL_JSON} (tampered or corrupt)")
+    try:
+        with np.load(ar, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except Exception as e:  # noqa: BLE001
+        raise ModelError(f"{ar}: unreadable ({type(e).__name__}: {e})") from None
+    host = host or PluginHost()
+    try:
+        cls = host.algorithm(name)
+    except StreamclustError as e:
+        raise ModelError(f"{path}: {e}") from None
+    state = dict(meta.get("state") or {}, **arrays)
+    try:
+        algo = cls.from_state(params, state)
+    except StreamclustError as e:
+        raise ModelError(f"{path}: invalid model parameters ({e})") from None
+    except (ValueError, KeyError, TypeError, IndexError) as e:
+        raise ModelError(f"{path}: invalid model state ({type(e).__name__}: {e})") from None
+    files = meta.get("files") or {}
+    if not isinstance(files, dict):
+        raise ModelError(f"{mj}: 'files' must map file names to checksums")
+    for name, digest in files.items():
+        fp = os.path.join(path, name)
+        if os.path.basename(name) != name or name in (ARRAYS, MODEL_JSON):
+            raise ModelError(f"{mj}: invalid model file name {name!r}")
+        if not os.path.isfile(fp) or _sha256(fp) != digest:
+            raise ModelError(f"{fp}: missing or does not match the checksum in {MODEL_JSON} "
+                             "(tampered or corrupt)")
+    try:  # always called: an algorithm that needs files says so when they are missing
+        algo.load_files(path, sorted(files))
+    except StreamclustError as e:
+        raise ModelError(f"{path}: {e}") from None
+    spec = FeatureSpec.from_json(meta["features"]) if meta.get("features") else None
+    return Model(algo, spec, n_features, meta.get("history"), meta.get("info"))
