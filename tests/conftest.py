@@ -47,3 +47,34 @@ def blobs():
 def blob_dir(tmp_path, blobs):
     X, y = blobs
     return write_parquet_dir(str(tmp_path / "data"), X, y)
+
+
+def host_with(*classes):
+    """A PluginHost with the built-ins and the given Algorithm classes (no entry points)."""
+    import types
+
+    from streamclust import hookimpl
+    from streamclust.plugins import PluginHost
+    mod = types.ModuleType("test_algorithms_" + "_".join(c.name for c in classes))
+
+    @hookimpl
+    def streamclust_register_algorithms(registry):
+        for c in classes:
+            registry.add(c)
+    mod.streamclust_register_algorithms = streamclust_register_algorithms
+    return PluginHost(entrypoints=False, extra_plugins=[mod])
+
+
+@pytest.fixture(scope="session")
+def dask_executor():
+    """One LocalCluster (2 single-threaded worker processes) for the whole test session."""
+    distributed = pytest.importorskip("distributed", reason="the Dask tests need streamclust[dask]")
+    from streamclust.dask_executor import DaskExecutor
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                       dashboard_address=":0")
+    client = distributed.Client(cluster)
+    try:
+        yield DaskExecutor(client)
+    finally:
+        client.close()
+        cluster.close()

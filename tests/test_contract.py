@@ -13,20 +13,6 @@ def test_example_plugin_is_installed_for_ci():
     assert "kmeans" in ALGORITHMS, "install ./examples/streamclust-kmeans (README test command)"
 
 
-@pytest.fixture(scope="module")
-def dask_executor():
-    distributed = pytest.importorskip("distributed", reason="the executor check needs streamclust[dask]")
-    from streamclust.dask_executor import DaskExecutor
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                       dashboard_address=":0")
-    client = distributed.Client(cluster)
-    try:
-        yield DaskExecutor(client)
-    finally:
-        client.close()
-        cluster.close()
-
-
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.name)
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_contract(algorithm, check, request):

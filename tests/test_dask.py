@@ -10,22 +10,9 @@ distributed = pytest.importorskip("distributed", reason="the Dask tests need str
 
 import streamclust  # noqa: E402
 from streamclust.cli import main  # noqa: E402
-from streamclust.dask_executor import DaskExecutor  # noqa: E402
 from streamclust.testing import make_blobs  # noqa: E402
 
 from conftest import write_parquet_dir  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def dask_executor():
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                       dashboard_address=":0")
-    client = distributed.Client(cluster)
-    try:
-        yield DaskExecutor(client)
-    finally:
-        client.close()
-        cluster.close()
 
 
 def test_dask_runs_every_batch_once_and_merges_in_order(dask_executor, tmp_path):

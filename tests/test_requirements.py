@@ -1,14 +1,12 @@
 """Every field of ``Requirements`` is read by the engine: the coreset and the sample are built
 before ``start`` (and are then free to ask for), columns and the kNN graph are served, the
 transform is applied."""
-import types
-
 import numpy as np
 import pytest
 
 import streamclust
-from streamclust import Algorithm, EpochReport, Requirements, hookimpl
-from streamclust.plugins import PluginHost
+from streamclust import Algorithm, EpochReport, Requirements
+from conftest import host_with
 from streamclust.testing import make_blobs
 from streamclust.toolkit import nearest_center
 
@@ -53,13 +51,7 @@ class Probe(Algorithm):
 
 
 def _host():
-    mod = types.ModuleType("requirements_probe")
-
-    @hookimpl
-    def streamclust_register_algorithms(registry):
-        registry.add(Probe)
-    mod.streamclust_register_algorithms = streamclust_register_algorithms
-    return PluginHost(entrypoints=False, extra_plugins=[mod])
+    return host_with(Probe)
 
 
 @pytest.fixture

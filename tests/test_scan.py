@@ -1,15 +1,13 @@
 """The ordered pass (``ctx.scan``): blocks in a seeded shuffled order, every row once, a carry
 threaded through; independent of the engine's batch size; on Dask one share per worker thread
 with the carries averaged.  A toy SGD algorithm (online k-means) runs through it."""
-import types
-
 import numpy as np
 import pytest
 
 import streamclust
-from streamclust import Algorithm, EpochReport, hookimpl
+from streamclust import Algorithm, EpochReport
 from streamclust.executor import average_states, spread
-from streamclust.plugins import PluginHost
+from conftest import host_with
 from streamclust.testing import make_blobs, make_context
 from streamclust.toolkit import at_least, kmeanspp, nearest_center, quantization_error
 
@@ -87,13 +85,7 @@ class OnlineKMeans(Algorithm):
 
 
 def _host():
-    mod = types.ModuleType("online_kmeans_test")
-
-    @hookimpl
-    def streamclust_register_algorithms(registry):
-        registry.add(OnlineKMeans)
-    mod.streamclust_register_algorithms = streamclust_register_algorithms
-    return PluginHost(entrypoints=False, extra_plugins=[mod])
+    return host_with(OnlineKMeans)
 
 
 def _fit(X, **kw):
