@@ -107,6 +107,9 @@ class Algorithm:
     contract_params: ClassVar[dict] = {}
     #: True when ``predict(X, soft=True)`` returns soft assignments (n × k, rows summing to 1)
     soft_predict: ClassVar[bool] = False
+    #: False when a distributed executor gives a different (equally good) result: SGD whose
+    #: workers' weights are averaged (the contract then checks quality, not equality)
+    distributed_exact: ClassVar[bool] = True
 
     def __init__(self, n_clusters: int, *, seed: int = 0, **hyper):
         if isinstance(n_clusters, bool) or not isinstance(n_clusters, (int, np.integer)) or n_clusters < 1:
