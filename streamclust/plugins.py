@@ -18,7 +18,8 @@ from .algorithm import Algorithm
 from .errors import ParameterError, PluginError
 
 ENTRY_POINT_GROUP = "streamclust"
-BUILTIN_PLUGINS = (("dgmm", "streamclust_dgmm"), ("ism", "streamclust_ism"), ("slk", "streamclust_slk"))
+BUILTIN_PLUGINS = (("dgmm", "streamclust_dgmm"), ("ism", "streamclust_ism"), ("slk", "streamclust_slk"),
+                   ("ncutemb", "streamclust_ncutemb"))
 
 
 _SCAN: dict = {}

@@ -1,0 +1,273 @@
+"""NCutEmb: clustering by a functional embedding trained with SGD on neighbour pairs (Ratle,
+Weston & Miller, ECML PKDD 2008, the slides in paper 002; ALGORITHMS.md §4).
+
+A classifier f (linear, or one hidden layer of ``hidden`` tanh units; C outputs, or one output
+and its sign for two clusters) is trained so that a row and its neighbour in the engine's kNN
+graph get the same class (a hinge step towards the class chosen from f(x_i), f(x_j)) and a row
+is pushed out of the class of a random partner; a balancing constraint keeps every class in
+use.  One epoch is one ordered pass (``ctx.scan``) of N draws (N rows): each draws an anchor row
+uniformly from all rows and runs ``rounds`` neighbour rounds and as many random-pair rounds,
+in blocks of ``block_rows`` draws in a seeded order, the SGD itself serial in a numba kernel
+(``kernels.sgd_block``); anchors, neighbours and partners are read from the memory-mapped
+feature cache by id (anchors are not the block's own rows: see ``kernels.sgd_block``).  A fit runs ``epochs`` epochs (``max_epochs`` bounds them too).  ``predict`` is f:
+argmax of the outputs, or their sign; the soft output is the softmax of f (two clusters:
+[σ(−2f), σ(2f)]), ``outputs(X)`` gives f itself.
+
+Choices where the slides are silent (measured on bcw, g50c, glass and the usps test split,
+``benchmarks/bench_ncutemb.py``):
+
+* Multiclass loss: the slides' one-vs-rest hinge (``hinge=ovr``) drives the outputs of classes
+  that lose early to −1 everywhere and they never return (4 of 10 classes dead on usps from a
+  random start); the default ``hinge=cs`` is Crammer & Singer's max(0, 1 + max_{o≠c} f_o − f_c),
+  which moves only the target and its strongest rival.  Two clusters use the plain hinge.
+* The random-pair step ("push x_i away from the class of x_k") is a step on the bounded hinge
+  max(0, 1 + f_c(x_i)) (C outputs; with ``cs`` the margin to the best other output), not an
+  ascent on H, which has no maximum.
+* Soft balancing (the default) multiplies the step by (N/C) / max(seen(c), 1) over the last
+  ``balance_window`` = N chosen classes, so a balanced stream takes η₀; hard balancing skips c
+  when seen(c) > N/C + ``xi``.
+* Start (``init=kmeans``, linear f): the outputs of k-means on a uniform sample of
+  ``init_sample`` standardised rows (f_c(x) = μ_cᵀx − ‖μ_c‖²/2, scaled so the median gap between
+  the two largest outputs is 1), so SGD refines k-means with the graph; a random start
+  (``init=random``, and always with a hidden layer) lands in poorer optima more often.
+* Inputs are centred per feature and scaled by one common standard deviation
+  (``standardize=global``; usps pixels: 19.5 % against 26.9 % with per-feature scaling, whose
+  near-constant border pixels it amplifies); ``feature`` and ``none`` are the alternatives.  The
+  statistics come from one pass and are stored in the model.
+* The learning rate ``learning_rate`` is relative: the step is learning_rate / d per unit
+  gradient (standardised rows have ‖x‖² ≈ d), so one default serves 9 and 256 features.
+* The model is the average of the weights at the ends of epochs ``epochs // 2 ..`` (averaged
+  SGD; the last iterate is noisier: g50c 5.3 % against 4.7 %).
+* On a distributed executor every worker runs its share of the blocks from the same weights and
+  the weights are averaged per epoch (by rows); the history's ``spread`` says how far apart the
+  workers' weights were.  The balancing memory of the first share is kept.
+* Rows with no neighbour in the graph (ids −1) take only random-pair steps.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from streamclust import Algorithm, Assignment, EpochReport, Param, Requirements
+from streamclust.toolkit import NON_NEGATIVE, POSITIVE, ParameterError, at_least, kmeans
+
+from . import kernels as kn
+
+MODES = {"max": 1, "all": 2}
+
+
+def _moments_step(batch, _state, _params):
+    out = np.zeros((2, batch.X.shape[1]))
+    kn.moments(batch.X, out)
+    return out, len(batch.X)
+
+
+def _sgd_step(block, _state, carry, params):
+    """One block of the ordered pass: as many SGD draws as the block has rows (a plain
+    function; the anchors are drawn from all rows, see ``kernels.sgd_block``)."""
+    X, ids, scale, cfg = params
+    net, bal = carry
+    kn.sgd_block(len(block.X), block.start, kn.Pairs(ids, X), net, scale, cfg, bal)
+    return carry
+
+
+def _combine(carries, rows):
+    """Shares of an epoch on a distributed executor: the weights averaged by rows, the
+    counters summed, the balancing memory of the first share."""
+    w = np.asarray(rows, np.float64) / max(float(np.sum(rows)), 1.0)
+    net = kn.Net(*[sum(wi * c[0][a] for wi, c in zip(w, carries)) for a in range(4)])
+    b0 = carries[0][1]
+    bal = kn.Balance(b0.ring, b0.counts, b0.pos, sum(c[1].sums for c in carries),
+                     sum(c[1].chosen for c in carries))
+    return net, bal
+
+
+class NCutEmb(Algorithm):
+    """Functional embedding for clustering, trained by SGD over neighbour pairs."""
+
+    name = "ncutemb"
+    version = "1"
+    soft_predict = True
+    distributed_exact = False
+    params = {
+        "hidden": Param(0, int, "tanh hidden units (0: linear f)", NON_NEGATIVE),
+        "multiclass": Param("max", str, "class of a neighbour pair for C > 2: the largest output "
+                            "of the two rows (max), or every class with η_c = η⁺ f_c(x_i) > 0 (all)",
+                            choices=("max", "all")),
+        "hinge": Param("cs", str, "multiclass hinge: Crammer-Singer (cs) or one-vs-rest (ovr)",
+                       choices=("cs", "ovr")),
+        "balance": Param("soft", str, "balancing: soft (step × (N/C)/seen(c)) or hard (skip c "
+                         "when seen(c) > N/C + xi)", choices=("soft", "hard")),
+        "balance_window": Param(100, int, "N: the last chosen classes the balance counts",
+                                at_least(2)),
+        "xi": Param(10.0, float, "ξ: slack of the hard balance", NON_NEGATIVE),
+        "redirect": Param(False, bool, "hard balance: a refused pair goes to the best allowed "
+                          "class instead of being skipped"),
+        "learning_rate": Param(0.1, float, "η₀ relative to the row norm (step = η₀ / d)", POSITIVE),
+        "lr_decay": Param(0.0, float, "learning rate η₀ / (1 + lr_decay · epoch)", NON_NEGATIVE),
+        "eta_pos": Param(1.0, float, "η⁺: weight of the neighbour step", POSITIVE),
+        "eta_neg": Param(0.3, float, "η⁻: weight of the random-pair step (0: none)", NON_NEGATIVE),
+        "l2": Param(0.0, float, "weight decay per row (× the step)", NON_NEGATIVE),
+        "rounds": Param(1, int, "neighbour (and random-pair) rounds per row and epoch", at_least(1)),
+        "epochs": Param(50, int, "epochs of SGD (max_epochs bounds them too)", at_least(1)),
+        "average": Param(True, bool, "average the weights over the second half of the epochs"),
+        "n_neighbors": Param(10, int, "neighbours per row in the kNN graph", at_least(1)),
+        "init": Param("kmeans", str, "start: k-means outputs on a sample (linear f) or random",
+                      choices=("kmeans", "random")),
+        "init_sample": Param(20000, int, "rows k-means starts from", at_least(2)),
+        "standardize": Param("global", str, "inputs centred per feature and scaled by one common "
+                             "(global) or per-feature standard deviation, or left raw (none)",
+                             choices=("global", "feature", "none")),
+        "block_rows": Param(4096, int, "draws per block of the ordered pass", at_least(1)),
+        "syncs": Param(8, int, "parts of an epoch after each of which a distributed executor "
+                       "averages the workers' weights (no effect on a local fit)", at_least(1)),
+    }
+    contract_params = {"epochs": 8}
+
+    def requirements(self):
+        return Requirements(knn=self.hyper["n_neighbors"], sample=self.hyper["init_sample"])
+
+    # -- fitting ----------------------------------------------------------------------------
+    def _n_out(self) -> int:
+        return 1 if self.n_clusters == 2 else self.n_clusters
+
+    def _scale(self, ctx) -> kn.Scale:
+        (m, n) = ctx.aggregate(_moments_step, None)
+        d = ctx.n_features
+        mean = m[0] / n
+        var = np.maximum(m[1] / n - mean * mean, 0.0)
+        how = self.hyper["standardize"]
+        if how == "none":
+            return kn.Scale(np.zeros(d), np.ones(d))
+        std = np.sqrt(var) if how == "feature" else np.full(d, np.sqrt(var.mean()))
+        return kn.Scale(mean, 1.0 / np.where(std > 0, std, 1.0))
+
+    def _init_net(self, ctx) -> kn.Net:
+        d, H, C = ctx.n_features, self.hyper["hidden"], self._n_out()
+        rng = ctx.rng(0x1E)
+        W1 = rng.normal(scale=1.0 / np.sqrt(d), size=(d, H))
+        W2 = rng.normal(scale=1.0 / np.sqrt(H if H else d), size=(H if H else d, C))
+        net = kn.Net(W1, np.zeros(H), W2, np.zeros(C))
+        if H or self.hyper["init"] != "kmeans":
+            return net
+        _, S = ctx.sample()
+        Xs = (S.astype(np.float64) - self.scale_.mean) * self.scale_.inv_std
+        mu, _, _ = kmeans(Xs, self.n_clusters, ctx.rng(0x1F), n_init=10)
+        if C == 1:
+            W2 = (mu[1] - mu[0])[:, None]
+            b2 = np.array([-(mu[1] @ mu[1] - mu[0] @ mu[0]) / 2.0])
+        else:
+            W2, b2 = mu.T.copy(), -(mu * mu).sum(1) / 2.0
+        out = Xs @ W2 + b2
+        top = np.sort(out, axis=1)
+        gap = np.median(np.abs(out[:, 0]) if C == 1 else top[:, -1] - top[:, -2])
+        gap = gap if gap > 0 else 1.0
+        return kn.Net(W1, np.zeros(H), np.ascontiguousarray(W2 / gap), b2 / gap)
+
+    def start(self, ctx):
+        if ctx.knn.ids.shape[1] < 1:
+            raise ParameterError("ncutemb needs at least one neighbour per row")
+        self.scale_ = self._scale(ctx)
+        self._net = self._init_net(ctx)
+        N = self.hyper["balance_window"]
+        ring = np.arange(N, dtype=np.int64) % self.n_clusters  # start as if balanced
+        self._bal = kn.Balance(ring, np.bincount(ring, minlength=self.n_clusters).astype(np.float64),
+                               np.zeros(1, np.int64), np.zeros(4), np.zeros(self.n_clusters))
+        self._avg, self._n_avg, self._epoch = None, 0, 0
+        self.net_ = self._net
+
+    def run_epoch(self, ctx):
+        h, e = self.hyper, self._epoch
+        lr = h["learning_rate"] / ctx.n_features / (1.0 + h["lr_decay"] * e)
+        mode = 0 if self.n_clusters == 2 else MODES[h["multiclass"]]
+        cfg = kn.Config(mode, h["balance"] == "soft", lr, h["eta_pos"], h["eta_neg"], h["xi"],
+                        h["rounds"], self.seed, e, self.n_clusters, h["l2"], h["hinge"] == "cs",
+                        h["redirect"])
+        spread, m = 0.0, h["syncs"]
+        sums, chosen = np.zeros(4), np.zeros(self.n_clusters)
+        for i in range(m):  # the counters start at 0 in every part (shares' counters are summed)
+            self._bal.sums[:] = 0.0
+            self._bal.chosen[:] = 0.0
+            self._net, self._bal = ctx.scan(_sgd_step, (self._net, self._bal),
+                                            (ctx.data.X, ctx.knn.ids, self.scale_, cfg),
+                                            block_rows=h["block_rows"], combine=_combine, part=(i, m))
+            spread = max(spread, ctx.last_scan.get("spread", 0.0))
+            sums += self._bal.sums
+            chosen += self._bal.chosen
+        if h["average"] and e >= h["epochs"] // 2:
+            arrays = [a.copy() for a in self._net]
+            self._avg = arrays if self._avg is None else [a + b for a, b in zip(self._avg, arrays)]
+            self._n_avg += 1
+            self.net_ = kn.Net(*[a / self._n_avg for a in self._avg])
+        else:
+            self.net_ = self._net
+        self._epoch += 1
+        steps = max(sums[1], 1.0)
+        extras = {"loss": float(sums[0] / (2.0 * steps)), "learning_rate": lr,
+                  "skipped": float(sums[2] / max(sums[1] + sums[2], 1.0)),
+                  "pair_classes": [int(v) for v in chosen]}
+        if ctx.last_scan.get("shares", 1) > 1:
+            extras["spread"] = spread
+        return EpochReport(objective=extras["loss"], rows=ctx.n_rows,
+                           converged=self._epoch >= h["epochs"], extras=extras)
+
+    # -- prediction ---------------------------------------------------------------------------
+    def outputs(self, X) -> np.ndarray:
+        """f(x) for every row (n × C, or n × 1 for two clusters)."""
+        X = np.ascontiguousarray(X, dtype=np.float32)
+        out = np.empty((len(X), self._n_out()))
+        if len(X):
+            kn.outputs(X, self.net_, self.scale_, out)
+        return out
+
+    def predict(self, X, soft=False) -> Assignment:
+        f = self.outputs(X)
+        if f.shape[1] == 1:
+            labels = (f[:, 0] > 0).astype(np.int32)
+            P = None
+            if soft:
+                p = 1.0 / (1.0 + np.exp(-2.0 * f[:, 0]))
+                P = np.stack([1.0 - p, p], axis=1)
+            return Assignment(labels, soft=P)
+        labels = f.argmax(axis=1).astype(np.int32)
+        P = None
+        if soft:
+            z = np.exp(f - f.max(axis=1, keepdims=True))
+            P = z / z.sum(axis=1, keepdims=True)
+        return Assignment(labels, soft=P)
+
+    # -- state --------------------------------------------------------------------------------
+    def state(self) -> dict:
+        W1, b1, W2, b2 = self.net_
+        return {"W1": W1, "b1": b1, "W2": W2, "b2": b2, "mean": self.scale_.mean,
+                "inv_std": self.scale_.inv_std}
+
+    def set_state(self, state: dict) -> None:
+        d = np.asarray(state["mean"]).shape[0]
+        H, C = self.hyper["hidden"], self._n_out()
+        shapes = {"W1": (d, H), "b1": (H,), "W2": (H if H else d, C), "b2": (C,), "inv_std": (d,)}
+        arrays = {}
+        for k, shape in shapes.items():
+            a = np.asarray(state[k], dtype=np.float64)
+            if a.shape != shape or not np.isfinite(a).all():
+                raise ParameterError(f"{k} must be a finite array of shape {shape}, got {a.shape}")
+            arrays[k] = np.ascontiguousarray(a)
+        self.net_ = kn.Net(arrays["W1"], arrays["b1"], arrays["W2"], arrays["b2"])
+        self.scale_ = kn.Scale(np.asarray(state["mean"], np.float64), arrays["inv_std"])
+
+    def checkpoint(self) -> dict:
+        out = {f"net_{i}": a for i, a in enumerate(self._net)}
+        out.update({f"bal_{n}": a for n, a in zip(self._bal._fields, self._bal)})
+        if self._avg is not None:
+            out.update({f"avg_{i}": a for i, a in enumerate(self._avg)})
+        out.update(mean=self.scale_.mean, inv_std=self.scale_.inv_std, epoch=self._epoch,
+                   n_avg=self._n_avg)
+        return out
+
+    def restore(self, ctx, state: dict) -> None:
+        self.scale_ = kn.Scale(np.asarray(state["mean"]), np.asarray(state["inv_std"]))
+        self._net = kn.Net(*[np.array(state[f"net_{i}"]) for i in range(4)])
+        self._bal = kn.Balance(*[np.array(state[f"bal_{n}"]) for n in kn.Balance._fields])
+        self._n_avg, self._epoch = int(state["n_avg"]), int(state["epoch"])
+        self._avg = [np.array(state[f"avg_{i}"]) for i in range(4)] if self._n_avg else None
+        self.net_ = kn.Net(*[a / self._n_avg for a in self._avg]) if self._avg else self._net
+

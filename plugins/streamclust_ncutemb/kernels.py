@@ -1,0 +1,353 @@
+"""numba kernels of NCutEmb: the network f (linear or one tanh hidden layer), its hinge-loss
+SGD steps, and the SGD rounds over one block of rows.  Arrays in, arrays out; no I/O, no
+Python objects.
+
+The network is ``Net(W1, b1, W2, b2)``: ``h = tanh(W1ᵀ x' + b1)`` (``W1``: d × H), ``f = W2ᵀ h +
+b2`` (``W2``: H × C); a linear f has H = 0 and uses ``W2`` (d × C) on ``x'`` directly.  ``x'`` is
+the standardised row ``(x − mean) · inv_std`` (``Scale``).  Two clusters use one output (C = 1)
+and its sign.
+"""
+from collections import namedtuple
+
+import numba as nb
+import numpy as np
+
+from streamclust.toolkit import rng_below, rng_init
+
+Net = namedtuple("Net", "W1 b1 W2 b2")
+Scale = namedtuple("Scale", "mean inv_std")
+#: SGD settings of one epoch: ``mode`` 0 two clusters (sign), 1 MAX, 2 ALL; ``soft`` balancing;
+#: ``lr`` this epoch's rate; ``eta_pos`` / ``eta_neg`` the weights of the neighbour and the
+#: random-pair steps; ``xi`` the hard balance's slack; ``rounds`` neighbour rounds per row;
+#: ``seed`` / ``epoch`` the random streams; ``n_clusters``; ``l2`` the weight decay per row
+#: (× lr); ``cs``: the multiclass hinge of Crammer & Singer instead of one-vs-rest
+Config = namedtuple("Config", "mode soft lr eta_pos eta_neg xi rounds seed epoch n_clusters l2 cs redirect")
+#: the balancing memory: the last N predicted classes (``ring``, -1: empty), their counts per
+#: class, the ring's next slot (``pos[0]``) and the epoch's sums (``sums``: loss, neighbour steps,
+#: steps skipped by balancing, random-pair steps) and the classes chosen this epoch (``chosen``)
+Balance = namedtuple("Balance", "ring counts pos sums chosen")
+#: the kNN graph of all rows (``ids``: N × k, -1: none) and the feature cache (``X``: N × d)
+#: that anchors, neighbours and partners are read from by id
+Pairs = namedtuple("Pairs", "ids X")
+
+
+_M = np.uint64(0x9E3779B97F4A7C15)
+
+
+@nb.njit(cache=True, inline="always")
+def _round(x, key):
+    """The round function of :func:`permuted`: a 64-bit multiply-xorshift hash of x and key."""
+    z = (x ^ key) * _M
+    z ^= z >> np.uint64(29)
+    z *= np.uint64(0xBF58476D1CE4E5B9)
+    return z ^ (z >> np.uint64(32))
+
+
+@nb.njit(cache=True)
+def permuted(p, n, key):
+    """Position ``p`` of a pseudo-random permutation of ``0 .. n-1`` fixed by ``key``: a 4-round
+    Feistel network on the smallest even number of bits that holds n, walked until the value
+    falls below n (a bijection without storing n entries: every row is an anchor once per
+    epoch, and memory does not grow with the rows)."""
+    bits = 2
+    while (np.uint64(1) << np.uint64(bits)) < np.uint64(n):
+        bits += 2
+    half = np.uint64(bits // 2)
+    mask = (np.uint64(1) << half) - np.uint64(1)
+    v = np.uint64(p)
+    while True:
+        left, right = v >> half, v & mask
+        for r in range(4):
+            left, right = right, left ^ (_round(right, key + np.uint64(r)) & mask)
+        v = (left << half) | right
+        if v < np.uint64(n):
+            return np.int64(v)
+
+
+@nb.njit(cache=True, inline="always")
+def _standardise(x, scale, out):
+    for j in range(x.shape[0]):
+        out[j] = (np.float64(x[j]) - scale.mean[j]) * scale.inv_std[j]
+
+
+@nb.njit(cache=True)
+def forward(net, x, h, f):
+    """f(x) into ``f`` (C); the hidden activations into ``h`` (H; unused when linear)."""
+    H = net.b1.shape[0]
+    C = net.b2.shape[0]
+    if H == 0:
+        for c in range(C):
+            s = net.b2[c]
+            for j in range(x.shape[0]):
+                s += net.W2[j, c] * x[j]
+            f[c] = s
+        return
+    for t in range(H):
+        s = net.b1[t]
+        for j in range(x.shape[0]):
+            s += net.W1[j, t] * x[j]
+        h[t] = np.tanh(s)
+    for c in range(C):
+        s = net.b2[c]
+        for t in range(H):
+            s += net.W2[t, c] * h[t]
+        f[c] = s
+
+
+@nb.njit(cache=True)
+def backward(net, x, h, g, step, dh):
+    """One SGD step ``w ← w − step · ∂L/∂w`` for the output gradient ``g`` (C) at ``x``."""
+    H = net.b1.shape[0]
+    C = net.b2.shape[0]
+    if H == 0:
+        for c in range(C):
+            if g[c] != 0.0:
+                for j in range(x.shape[0]):
+                    net.W2[j, c] -= step * g[c] * x[j]
+                net.b2[c] -= step * g[c]
+        return
+    for t in range(H):
+        s = 0.0
+        for c in range(C):
+            s += net.W2[t, c] * g[c]
+        dh[t] = s * (1.0 - h[t] * h[t])
+    for c in range(C):
+        if g[c] != 0.0:
+            for t in range(H):
+                net.W2[t, c] -= step * g[c] * h[t]
+            net.b2[c] -= step * g[c]
+    for t in range(H):
+        if dh[t] != 0.0:
+            for j in range(x.shape[0]):
+                net.W1[j, t] -= step * dh[t] * x[j]
+            net.b1[t] -= step * dh[t]
+
+
+@nb.njit(cache=True, inline="always")
+def cs_hinge_grad(f, c, g):
+    """The multiclass hinge of Crammer & Singer, max(0, 1 + max_{o≠c} f_o − f_c), and its
+    gradient: only the target and its strongest rival move."""
+    C = f.shape[0]
+    rival = -1
+    for o in range(C):
+        g[o] = 0.0
+        if o != c and (rival < 0 or f[o] > f[rival]):
+            rival = o
+    m = 1.0 + f[rival] - f[c]
+    if m > 0.0:
+        g[c] = -1.0
+        g[rival] = 1.0
+        return m
+    return 0.0
+
+
+@nb.njit(cache=True, inline="always")
+def hinge_grad(f, c, g):
+    """H(f, c) and its gradient ``g`` (one-vs-rest over the outputs; one output: max(0, 1 − c f)
+    with c = ±1 given as 1 / 0)."""
+    C = f.shape[0]
+    loss = 0.0
+    if C == 1:
+        y = 1.0 if c == 1 else -1.0
+        m = 1.0 - y * f[0]
+        g[0] = -y if m > 0.0 else 0.0
+        return max(m, 0.0)
+    for o in range(C):
+        y = 1.0 if o == c else -1.0
+        m = 1.0 - y * f[o]
+        if m > 0.0:
+            loss += m
+            g[o] = -y
+        else:
+            g[o] = 0.0
+    return loss
+
+
+@nb.njit(cache=True, inline="always")
+def predicted(f):
+    """The class of an output vector: the sign (1 / 0) of one output, else the argmax."""
+    if f.shape[0] == 1:
+        return 1 if f[0] > 0.0 else 0
+    best = 0
+    for o in range(1, f.shape[0]):
+        if f[o] > f[best]:
+            best = o
+    return best
+
+
+@nb.njit(cache=True, inline="always")
+def _allowed(bal, c, cfg):
+    """The balancing constraint for class c: hard — refused when seen(c) > N/C + ξ (0 for a
+    refusal, 1 otherwise); soft — the learning-rate factor (N/C) / max(seen(c), 1)."""
+    N = bal.ring.shape[0]
+    fair = N / cfg.n_clusters
+    seen = bal.counts[c]
+    if cfg.soft:
+        return fair / max(seen, 1.0)
+    return 0.0 if seen > fair + cfg.xi else 1.0
+
+
+@nb.njit(cache=True, inline="always")
+def _remember(bal, c):
+    p = bal.pos[0]
+    old = bal.ring[p]
+    if old >= 0:
+        bal.counts[old] -= 1
+    bal.ring[p] = c
+    bal.counts[c] += 1
+    bal.chosen[c] += 1
+    bal.pos[0] = (p + 1) % bal.ring.shape[0]
+
+
+@nb.njit(cache=True)
+def decay(net, factor):
+    """Weight decay: every weight (not the biases) times ``factor``."""
+    for a in range(net.W1.shape[0]):
+        for b in range(net.W1.shape[1]):
+            net.W1[a, b] *= factor
+    for a in range(net.W2.shape[0]):
+        for b in range(net.W2.shape[1]):
+            net.W2[a, b] *= factor
+
+
+@nb.njit(cache=True, inline="always")
+def _take_step(net, x, h, f, g, dh, c, step, cs):
+    """A hinge step towards class c at x (forward first); returns the loss before the step."""
+    forward(net, x, h, f)
+    loss = cs_hinge_grad(f, c, g) if cs and f.shape[0] > 1 else hinge_grad(f, c, g)
+    if loss > 0.0:
+        backward(net, x, h, g, step, dh)
+    return loss
+
+
+@nb.njit(cache=True, inline="always")
+def _push_away(net, x, h, f, g, dh, c, step, cs):
+    """The random-pair step: push x out of class c (one output: towards the other sign; C
+    outputs: f_c towards −1), a bounded hinge max(0, 1 + f_c(x))."""
+    forward(net, x, h, f)
+    for o in range(f.shape[0]):
+        g[o] = 0.0
+    if f.shape[0] == 1:
+        y = -1.0 if c == 1 else 1.0
+        if 1.0 - y * f[0] > 0.0:
+            g[0] = -y
+    elif cs:  # f_c below the best other output by a margin
+        rival = 0 if c != 0 else 1
+        for o in range(f.shape[0]):
+            if o != c and f[o] > f[rival]:
+                rival = o
+        if 1.0 + f[c] - f[rival] > 0.0:
+            g[c] = 1.0
+            g[rival] = -1.0
+    elif 1.0 + f[c] > 0.0:
+        g[c] = 1.0
+    backward(net, x, h, g, step, dh)
+
+
+@nb.njit(cache=True)
+def sgd_block(n, start, pairs, net, scale, cfg, bal):
+    """The SGD rounds of the positions ``start .. start + n`` of the epoch's permutation of all
+    rows (:func:`permuted`, keyed by seed and epoch): each position's anchor row i runs
+    ``cfg.rounds`` rounds: (1) a random neighbour j of i; the class from f(x_i) and f(x_j) (sign
+    of the sum / MAX / ALL); if balancing allows, a hinge step on both rows; (2) a random row k;
+    x_i pushed out of k's class.  Anchors come from the whole permutation, not from the block's
+    consecutive rows: a file sorted by class gives blocks of one class, on which sequential SGD
+    fails (g50c: 38 % error with blocks of 275 rows).  Serial: each step reads the weights the
+    previous one wrote (a seed fixes the result)."""
+    N, d = pairs.X.shape
+    C = net.b2.shape[0]
+    K = cfg.n_clusters
+    H = net.b1.shape[0]
+    xi_, xj_, xk_ = np.empty(d), np.empty(d), np.empty(d)
+    h, h2, dh = np.empty(max(H, 1)), np.empty(max(H, 1)), np.empty(max(H, 1))
+    fi, fj, g = np.empty(C), np.empty(C), np.empty(C)
+    s = rng_init(cfg.seed, 0x4E43 + cfg.epoch, start)
+    key = np.uint64(rng_init(cfg.seed, 0x5045 + cfg.epoch, 0))
+    k_nbrs = pairs.ids.shape[1]
+    shrink = 1.0 - cfg.lr * cfg.l2
+    for p in range(start, start + n):
+        r = permuted(p, N, key)
+        if cfg.l2 > 0.0:
+            decay(net, shrink)
+        _standardise(pairs.X[r], scale, xi_)
+        for _ in range(cfg.rounds):
+            # (1) a neighbour pair
+            s, t = rng_below(s, k_nbrs)
+            j = pairs.ids[r, t]
+            if j >= 0:
+                _standardise(pairs.X[j], scale, xj_)
+                forward(net, xi_, h, fi)
+                forward(net, xj_, h2, fj)
+                if cfg.mode == 2:  # ALL: every class with η_c = η⁺ f_c(x_i) > 0
+                    for c in range(K):
+                        eta = cfg.eta_pos * fi[c]
+                        if eta <= 0.0:
+                            continue
+                        allow = _allowed(bal, c, cfg)
+                        if allow == 0.0:
+                            bal.sums[2] += 1.0
+                            continue
+                        step = cfg.lr * eta * allow
+                        bal.sums[0] += _take_step(net, xi_, h, fi, g, dh, c, step, cfg.cs)
+                        bal.sums[0] += _take_step(net, xj_, h2, fj, g, dh, c, step, cfg.cs)
+                        bal.sums[1] += 1.0
+                        forward(net, xi_, h, fi)
+                    for o in range(C):
+                        fj[o] += fi[o]
+                    _remember(bal, predicted(fj))
+                else:
+                    if C == 1:
+                        c = 1 if fi[0] + fj[0] > 0.0 else 0
+                    else:  # MAX: the largest output over both rows
+                        ci, cj = predicted(fi), predicted(fj)
+                        c = ci if fi[ci] >= fj[cj] else cj
+                    allow = _allowed(bal, c, cfg)
+                    if allow == 0.0 and cfg.redirect:  # the best class the balance allows
+                        best, alt = -np.inf, -1
+                        for o in range(K):
+                            v = max(fi[o], fj[o]) if C > 1 else (fi[0] + fj[0]) * (2.0 * o - 1.0)
+                            if v > best and _allowed(bal, o, cfg) > 0.0:
+                                best, alt = v, o
+                        if alt >= 0:
+                            c, allow = alt, 1.0
+                            bal.sums[2] += 1.0
+                    _remember(bal, c)
+                    if allow == 0.0:
+                        bal.sums[2] += 1.0
+                    else:
+                        step = cfg.lr * cfg.eta_pos * allow
+                        bal.sums[0] += _take_step(net, xi_, h, fi, g, dh, c, step, cfg.cs)
+                        bal.sums[0] += _take_step(net, xj_, h2, fj, g, dh, c, step, cfg.cs)
+                        bal.sums[1] += 1.0
+            # (2) a random pair: x_i pushed out of the class of a random row k of the data set
+            # (not of the block: files sorted by class would give blocks of one class)
+            s, kk = rng_below(s, pairs.X.shape[0])
+            if kk != r and cfg.eta_neg > 0.0:
+                _standardise(pairs.X[kk], scale, xk_)
+                forward(net, xk_, h2, fj)
+                _push_away(net, xi_, h, fi, g, dh, predicted(fj), cfg.lr * cfg.eta_neg, cfg.cs)
+                bal.sums[3] += 1.0
+    return s
+
+
+@nb.njit(cache=True, parallel=True)
+def outputs(X, net, scale, out):
+    """f of every row of ``X`` into ``out`` (n × C)."""
+    n, d = X.shape
+    H = net.b1.shape[0]
+    for i in nb.prange(n):
+        x = np.empty(d)
+        h = np.empty(max(H, 1))
+        _standardise(X[i], scale, x)
+        forward(net, x, h, out[i])
+
+
+@nb.njit(cache=True)
+def moments(X, out):
+    """``out[0] += Σ x``, ``out[1] += Σ x²`` over the rows (float64)."""
+    for i in range(X.shape[0]):
+        for j in range(X.shape[1]):
+            v = np.float64(X[i, j])
+            out[0, j] += v
+            out[1, j] += v * v
+

@@ -1,0 +1,180 @@
+"""NCutEmb: the network's gradients against finite differences, the hinges against their
+definitions, the epoch permutation, the slides' numbers on bcw and usps against scikit-learn
+KMeans in the same run, out-of-sample error, data sorted by class, and bad input."""
+import os
+
+import numpy as np
+import pytest
+
+import streamclust
+from streamclust.testing import make_blobs
+from streamclust.toolkit import DataError, ParameterError, purity
+from streamclust_ncutemb import kernels as kn
+
+DATA = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "shared", "data"))
+
+
+def _load(name, split="test"):
+    path = os.path.join(DATA, name + ".npz")
+    if not os.path.exists(path):
+        pytest.skip(f"{path} is absent (../shared/data beside the repo)")
+    z = np.load(path, allow_pickle=False)
+    X, y = z["X"].astype(np.float64), z["y"]
+    if name == "usps":
+        test = z["is_test"].astype(bool)
+        X, y = (X[test], y[test]) if split == "test" else (X[~test], y[~test])
+    ok = np.isfinite(X).all(axis=1)
+    return X[ok].astype(np.float32), y[ok]
+
+
+def _error(y, labels):
+    return 100.0 * (1.0 - purity(y, labels))
+
+
+def _net(rng, d, H, C):
+    return kn.Net(rng.normal(size=(d, H)), rng.normal(size=H), rng.normal(size=(H if H else d, C)),
+                  rng.normal(size=C))
+
+
+@pytest.mark.parametrize("H", [0, 4])
+def test_backward_is_the_gradient(H):
+    """A step of ``backward`` with output gradient g equals −step · ∂(g·f)/∂w, the derivative
+    taken by central differences."""
+    rng = np.random.default_rng(H)
+    d, C, step = 5, 3, 1e-3
+    net = _net(rng, d, H, C)
+    x, g = rng.normal(size=d), rng.normal(size=C)
+
+    def value(n):
+        h, f = np.empty(max(H, 1)), np.empty(C)
+        kn.forward(n, x, h, f)
+        return float(g @ f)
+
+    after = kn.Net(*[a.copy() for a in net])
+    h, f = np.empty(max(H, 1)), np.empty(C)
+    kn.forward(after, x, h, f)
+    kn.backward(after, x, h, g, step, np.empty(max(H, 1)))
+    for a in range(4):
+        num = np.zeros_like(net[a])
+        for idx in np.ndindex(net[a].shape):
+            up = kn.Net(*[b.copy() for b in net])
+            dn = kn.Net(*[b.copy() for b in net])
+            up[a][idx] += 1e-6
+            dn[a][idx] -= 1e-6
+            num[idx] = (value(up) - value(dn)) / 2e-6
+        np.testing.assert_allclose((net[a] - after[a]) / step, num, rtol=1e-5, atol=1e-7)
+
+
+def test_hinges_match_their_definitions():
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        f, c = rng.normal(size=4) * 2, int(rng.integers(4))
+        g = np.empty(4)
+        ovr = sum(max(0.0, 1.0 - (1.0 if o == c else -1.0) * f[o]) for o in range(4))
+        assert kn.hinge_grad(f, c, g) == pytest.approx(ovr)
+        cs = max(0.0, 1.0 + max(f[o] for o in range(4) if o != c) - f[c])
+        assert kn.cs_hinge_grad(f, c, g) == pytest.approx(cs)
+        if cs > 0:  # the gradient moves the target and its strongest rival only
+            rival = max((o for o in range(4) if o != c), key=lambda o: f[o])
+            expect = np.zeros(4)
+            expect[c], expect[rival] = -1.0, 1.0
+            np.testing.assert_array_equal(g, expect)
+    one = np.array([0.3])
+    assert kn.hinge_grad(one, 1, g[:1]) == pytest.approx(0.7) and g[0] == -1.0
+    assert kn.hinge_grad(one, 0, g[:1]) == pytest.approx(1.3) and g[0] == 1.0
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 550, 4097])
+def test_epoch_permutation_is_a_bijection(n):
+    p = [kn.permuted(i, n, np.uint64(99)) for i in range(n)]
+    assert sorted(p) == list(range(n))
+    if n > 100:
+        assert p != list(range(n)) and p != [kn.permuted(i, n, np.uint64(100)) for i in range(n)]
+
+
+def test_rows_without_neighbours_take_only_random_pair_steps():
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(50, 3)).astype(np.float32)
+    ids = np.full((50, 4), -1, np.int64)
+    scale = kn.Scale(np.zeros(3), np.ones(3))
+
+    def run(eta_neg):
+        net = _net(np.random.default_rng(3), 3, 0, 3)
+        before = [a.copy() for a in net]
+        bal = kn.Balance(np.arange(30) % 3, np.full(3, 10.0), np.zeros(1, np.int64), np.zeros(4), np.zeros(3))
+        cfg = kn.Config(1, True, 0.01, 1.0, eta_neg, 10.0, 1, 0, 0, 3, 0.0, True, False)
+        kn.sgd_block(50, 0, kn.Pairs(ids, X), net, scale, cfg, bal)
+        return before, net, bal
+
+    before, net, bal = run(0.0)
+    assert all(np.array_equal(a, b) for a, b in zip(before, net)) and bal.sums[1] == 0
+    _, net, bal = run(0.5)
+    assert bal.sums[1] == 0 and bal.sums[3] > 40  # a partner equal to the anchor is skipped
+
+
+def test_bcw_reaches_the_slides_and_beats_kmeans():
+    from sklearn.cluster import KMeans
+    X, y = _load("bcw")
+    errs = [_error(y, streamclust.fit(X, "ncutemb", 2, seed=s, progress=False).predict(X))
+            for s in range(3)]
+    km = _error(y, KMeans(2, n_init=10, random_state=0).fit_predict(X))
+    assert np.median(errs) <= 3.63 and np.median(errs) < km, (errs, km)
+
+
+def test_bcw_out_of_sample():
+    X, y = _load("bcw")
+    idx = np.random.default_rng(100).permutation(len(X))
+    tr, te = idx[: len(X) // 2], idx[len(X) // 2:]
+    m = streamclust.fit(X[tr], "ncutemb", 2, seed=0, progress=False)
+    assert _error(y[te], m.predict(X[te])) <= 3.21
+
+
+def test_usps_reaches_the_slides():
+    """The usps test split (2007 × 256, 10 clusters): the slides' NCutEmb MAX 19.36 %, KMeans
+    30 %; median of 3 seeds."""
+    X, y = _load("usps")
+    errs = [_error(y, streamclust.fit(X, "ncutemb", 10, seed=s, progress=False).predict(X))
+            for s in range(3)]
+    assert np.median(errs) <= 19.36, errs
+
+
+def test_data_sorted_by_class_in_small_blocks():
+    """Blocks of consecutive rows of a class-sorted file hold one class; the anchors come from
+    the epoch's permutation of all rows, so small blocks fit as well as one large block."""
+    X, y = make_blobs(n=800, k=4, d=6, seed=5, spread=1.0)
+    order = np.argsort(y, kind="stable")
+    X, y = X[order], y[order]
+    small = streamclust.fit(X, "ncutemb", 4, seed=1, block_rows=50, progress=False)
+    large = streamclust.fit(X, "ncutemb", 4, seed=1, progress=False)
+    assert _error(y, small.predict(X)) <= _error(y, large.predict(X)) + 2.0
+    assert _error(y, small.predict(X)) < 5.0
+
+
+def test_history_reports_the_epoch():
+    X, y = make_blobs(n=400, k=3, d=4, seed=6)
+    m = streamclust.fit(X, "ncutemb", 3, seed=0, epochs=4, progress=False)
+    assert len(m.history) == 4 and m.info["converged"]
+    h = m.history[-1]
+    assert sum(h["pair_classes"]) == 400 and len(h["pair_classes"]) == 3
+    assert 0 <= h["skipped"] <= 1 and h["loss"] >= 0 and h["learning_rate"] == pytest.approx(0.1 / 4)
+    P = m.predict(X, soft=True)[1]
+    np.testing.assert_allclose(P, np.exp(m.algorithm_.outputs(X)) / np.exp(m.algorithm_.outputs(X)).sum(1, keepdims=True))
+
+
+def test_bad_input():
+    X = np.random.default_rng(0).normal(size=(8, 3))
+    with pytest.raises(DataError, match="neighbours"):
+        streamclust.fit(X, "ncutemb", 2, n_neighbors=10, progress=False)
+    with pytest.raises(ParameterError, match="multiclass"):
+        streamclust.fit(X, "ncutemb", 2, multiclass="min", progress=False)
+    with pytest.raises(ParameterError, match="learning_rate"):
+        streamclust.fit(X, "ncutemb", 2, learning_rate=0, progress=False)
+
+
+@pytest.mark.parametrize("kw", [{"multiclass": "all"}, {"balance": "hard"}, {"hinge": "ovr"},
+                                {"init": "random", "balance": "hard", "redirect": True}])
+def test_variants_find_well_separated_blobs(kw):
+    from streamclust.toolkit import nmi
+    X, y = make_blobs()
+    m = streamclust.fit(X, "ncutemb", 4, seed=0, progress=False, **kw)
+    assert nmi(y, m.predict(X)) > 0.95
