@@ -1,11 +1,17 @@
 """Peak memory of ``streamclust fit`` on generated Parquet data of N and 10·N rows.
 
 Counts peak anonymous memory (``RssAnon`` in /proc/PID/status, polled every 20 ms: pages of
-memory-mapped files, which the OS can drop, do not count) and plain peak RSS (``VmHWM``).
+memory-mapped files, which the OS can drop, do not count) and plain peak RSS (``VmHWM``), and
+the throughput of the epochs (rows × epochs / the epochs' seconds, from the model's history).
 
     python benchmarks/bench_memory.py [--rows 1000000] [--dim 32] [--clusters 50] [--epochs 5]
+                                      [--algorithm dgmm] [--set name=value ...]
+
+D-GMM by default (``--set tol=1e-9`` so that every epoch runs); NCutEmb:
+``--algorithm ncutemb --dim 64 --set epochs=3`` (its kNN graph is built in the fit).
 """
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -39,9 +45,12 @@ def status_kb(pid, key):
 
 
 def measure(data, work, args):
-    cmd = [sys.executable, "-m", "streamclust.cli", "fit", data, "-k", str(args.clusters), "-q",
-           "--max-epochs", str(args.epochs), "--set", "tol=1e-9", "--work-dir", work,
+    sets = args.set or (["tol=1e-9"] if args.algorithm == "dgmm" else [])
+    cmd = [sys.executable, "-m", "streamclust.cli", "fit", data, "-a", args.algorithm,
+           "-k", str(args.clusters), "-q", "--max-epochs", str(args.epochs), "--work-dir", work,
            "--out", os.path.join(work, "model")]
+    for s in sets:
+        cmd += ["--set", s]
     t = time.perf_counter()
     p = subprocess.Popen(cmd)
     peak_anon = peak_rss = 0
@@ -54,7 +63,12 @@ def measure(data, work, args):
         time.sleep(0.02)
     if p.wait() != 0:
         sys.exit(f"fit failed on {data}")
-    return peak_anon / 1024, peak_rss / 1024, time.perf_counter() - t
+    secs = time.perf_counter() - t
+    with open(os.path.join(work, "model", "model.json")) as f:
+        meta = json.load(f)
+    epoch_s = sum(h["seconds"] for h in meta["history"])
+    rows_s = meta["info"]["rows"] * len(meta["history"]) / epoch_s if epoch_s else float("nan")
+    return peak_anon / 1024, peak_rss / 1024, secs, rows_s
 
 
 def main():
@@ -63,6 +77,8 @@ def main():
     ap.add_argument("--dim", type=int, default=32)
     ap.add_argument("--clusters", type=int, default=50)
     ap.add_argument("--epochs", type=int, default=5)
+    ap.add_argument("--algorithm", default="dgmm")
+    ap.add_argument("--set", action="append", default=[], help="algorithm parameter name=value")
     ap.add_argument("--dir", default=None, help="scratch directory (default: a temporary one)")
     args = ap.parse_args()
     root = args.dir or tempfile.mkdtemp(prefix="streamclust-mem-")
@@ -72,12 +88,14 @@ def main():
         if not os.path.isdir(data):
             write_data(data, n, args.dim, args.clusters)
         work = os.path.join(root, f"work-{n}")
-        anon, rss, secs = measure(data, work, args)
-        rows.append([n, f"{n * args.dim * 4 / 2**20:.0f}", f"{anon:.0f}", f"{rss:.0f}", f"{secs:.1f}"])
-    table(rows, ["rows", "data MiB", "peak RssAnon MiB", "peak RSS MiB", "seconds"])
+        anon, rss, secs, rows_s = measure(data, work, args)
+        rows.append([n, f"{n * args.dim * 4 / 2**20:.0f}", f"{anon:.0f}", f"{rss:.0f}", f"{secs:.1f}",
+                     f"{rows_s:,.0f}"])
+    table(rows, ["rows", "data MiB", "peak RssAnon MiB", "peak RSS MiB", "seconds", "epoch rows/s"])
     a1, a10 = float(rows[0][2]), float(rows[1][2])
     print(f"\npeak anonymous memory ratio (10·N / N) = {a10 / a1:.3f}  (goal <= 1.25)")
-    print(f"D-GMM, k={args.clusters}, full data (no coreset), {args.epochs} epochs, dim={args.dim}")
+    print(f"{args.algorithm}, k={args.clusters}, {args.epochs} epochs at most, dim={args.dim}, "
+          f"settings {args.set or 'default'}")
 
 
 if __name__ == "__main__":
