@@ -38,6 +38,8 @@ from streamclust.toolkit import (NON_NEGATIVE, POSITIVE, Contingency, DataError,
                                  ParameterError, at_least, in_range, kmeanspp)
 
 from . import kernels as kn
+from .passes import (assign_step, bound_step, energy_step, kernel_step, label_step,
+                     meanshift_step, merge_labels, merge_nearest, nearest_row_step)
 
 
 
@@ -55,72 +57,6 @@ def parse_grid(text: str) -> list:
             raise ParameterError(f"parameter 'lambda_grid': every λ must be > 0, got {part}")
         out.append(v)
     return out
-
-
-# -- passes (plain functions of their arguments) ------------------------------------------------
-def _kernel_step(batch, state, params):
-    A, Z = state
-    modes, inv2s2 = params
-    kn.mode_kernel(batch.X, modes, inv2s2, A)
-    kn.softmax_rows(A, Z)
-    return len(batch.X) * len(modes)
-
-
-def _bound_step(batch, state, params):
-    A, Z_new = state
-    graph, Z_old, lam = params
-    return kn.bound_rows(batch.start, A, graph, Z_old, lam, Z_new)
-
-
-def _label_step(batch, state, params):
-    Z, labels = state
-    L = Z.shape[1]
-    val, row, sizes = np.empty(L), np.empty(L, np.int64), np.zeros(L, np.int64)
-    kn.label_rows(batch.start, Z, labels, val, row, sizes)
-    return val, row, sizes
-
-
-def _merge_labels(a, b):
-    va, ra, sa = a
-    vb, rb, sb = b
-    take_b = vb > va  # ties keep the earlier row
-    return np.where(take_b, vb, va), np.where(take_b, rb, ra), sa + sb
-
-
-def _energy_step(batch, state, params):
-    (A,) = state
-    graph, labels_all, lam = params
-    return kn.discrete_energy_rows(batch.start, A, graph, labels_all, lam)
-
-
-def _meanshift_step(batch, state, params):
-    (Z,) = state
-    modes, inv2s2 = params
-    num, den = np.zeros_like(modes), np.zeros(len(modes))
-    kn.meanshift_sums(batch.X, Z, modes, inv2s2, num, den)
-    return num, den
-
-
-def _nearest_row_step(batch, _state, params):
-    (modes,) = params
-    X = np.asarray(batch.X, dtype=np.float64)
-    d2 = (X * X).sum(1)[:, None] - 2 * X @ modes.T + (modes * modes).sum(1)[None, :]
-    i = d2.argmin(0)
-    return d2[i, np.arange(len(modes))], i + batch.start
-
-
-def _merge_nearest(a, b):
-    take_b = b[0] < a[0]
-    return np.where(take_b, b[0], a[0]), np.where(take_b, b[1], a[1])
-
-
-def _assign_step(batch, state, params):
-    (labels,) = state
-    (seeds,) = params
-    X = np.asarray(batch.X, dtype=np.float64)
-    d2 = -2 * X @ seeds.T + (seeds * seeds).sum(1)[None, :]
-    labels[:] = d2.argmin(1)
-    return len(X) * len(seeds)
 
 
 class SLK(Algorithm):
@@ -255,15 +191,15 @@ class SLK(Algorithm):
         _, S = ctx.sample(size, stream=init)
         seeds, evals = kmeanspp(S, L, rng)
         ctx.count_distances(evals)
-        ctx.aggregate(_assign_step, (np.asarray(seeds, np.float64),), state=(self._labels,))
+        ctx.aggregate(assign_step, (np.asarray(seeds, np.float64),), state=(self._labels,))
         ctx.count_distances(ctx.n_rows * L)
         labels = np.asarray(self._labels[:])
         ids = np.empty(L, np.int64)
         for l in range(L):
             members = np.flatnonzero(labels == l)
             if len(members) == 0:  # a seed nobody is nearest to (duplicates): the nearest row
-                members = np.asarray(ctx.aggregate(_nearest_row_step, (seeds[l:l + 1],),
-                                                   merge=_merge_nearest)[1])
+                members = np.asarray(ctx.aggregate(nearest_row_step, (seeds[l:l + 1],),
+                                                   merge=merge_nearest)[1])
             if len(members) > self.hyper["density_sample"]:
                 members = np.sort(rng.choice(members, self.hyper["density_sample"], replace=False))
             Xm = ctx.take(members).astype(np.float64)
@@ -284,21 +220,21 @@ class SLK(Algorithm):
 
     def run_epoch(self, ctx) -> EpochReport:
         h = self.hyper
-        ctx.count_distances(ctx.aggregate(_kernel_step, (self._modes, self._inv2s2),
+        ctx.count_distances(ctx.aggregate(kernel_step, (self._modes, self._inv2s2),
                                           state=(self._A, self._Z[self._cur])))
         prev = None
         for it in range(1, h["bound_max_iter"] + 1):
             old, new = self._Z[self._cur].array, self._Z[1 - self._cur]
-            bound = ctx.aggregate(_bound_step, (self._graph, old, self._lam), state=(self._A, new))
+            bound = ctx.aggregate(bound_step, (self._graph, old, self._lam), state=(self._A, new))
             self._cur = 1 - self._cur
             if prev is not None and abs(bound - prev) <= h["bound_tol"] * abs(prev):
                 break
             prev = bound
         Z = self._Z[self._cur]
-        best_val, best_row, sizes = ctx.aggregate(_label_step, None, state=(Z, self._labels),
-                                                  merge=_merge_labels)
+        best_val, best_row, sizes = ctx.aggregate(label_step, None, state=(Z, self._labels),
+                                                  merge=merge_labels)
         labels_all = self._labels.array
-        E = float(ctx.aggregate(_energy_step, (self._graph, labels_all, self._lam), state=(self._A,)))
+        E = float(ctx.aggregate(energy_step, (self._graph, labels_all, self._lam), state=(self._A,)))
         old_modes = self._modes
         if h["mode"] == "bo":
             self.mode_ids_ = np.asarray(best_row, np.int64)
@@ -329,7 +265,7 @@ class SLK(Algorithm):
         h = self.hyper
         modes = self._modes
         for it in range(1, h["ms_max_iter"] + 1):
-            num, den = ctx.aggregate(_meanshift_step, (modes, self._inv2s2), state=(Z,))
+            num, den = ctx.aggregate(meanshift_step, (modes, self._inv2s2), state=(Z,))
             ctx.count_distances(ctx.n_rows * self.n_clusters)
             new = np.where(den[:, None] > 0, num / np.maximum(den, 1e-300)[:, None], modes)
             shift = float(np.sqrt(((new - modes) ** 2).sum(1)).max())
@@ -337,7 +273,7 @@ class SLK(Algorithm):
             if shift < h["ms_tol"]:
                 break
         self._modes = modes
-        _, rows = ctx.aggregate(_nearest_row_step, (modes,), merge=_merge_nearest)
+        _, rows = ctx.aggregate(nearest_row_step, (modes,), merge=merge_nearest)
         self.mode_ids_ = np.asarray(rows, np.int64)
         return it
 

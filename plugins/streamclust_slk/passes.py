@@ -1,0 +1,69 @@
+"""SLK's passes over the rows: plain functions of their arguments (steps of ``ctx.aggregate``,
+and the merges of their partial results), so that they run on any executor."""
+import numpy as np
+
+from . import kernels as kn
+
+def kernel_step(batch, state, params):
+    A, Z = state
+    modes, inv2s2 = params
+    kn.mode_kernel(batch.X, modes, inv2s2, A)
+    kn.softmax_rows(A, Z)
+    return len(batch.X) * len(modes)
+
+
+def bound_step(batch, state, params):
+    A, Z_new = state
+    graph, Z_old, lam = params
+    return kn.bound_rows(batch.start, A, graph, Z_old, lam, Z_new)
+
+
+def label_step(batch, state, params):
+    Z, labels = state
+    L = Z.shape[1]
+    val, row, sizes = np.empty(L), np.empty(L, np.int64), np.zeros(L, np.int64)
+    kn.label_rows(batch.start, Z, labels, val, row, sizes)
+    return val, row, sizes
+
+
+def merge_labels(a, b):
+    va, ra, sa = a
+    vb, rb, sb = b
+    take_b = vb > va  # ties keep the earlier row
+    return np.where(take_b, vb, va), np.where(take_b, rb, ra), sa + sb
+
+
+def energy_step(batch, state, params):
+    (A,) = state
+    graph, labels_all, lam = params
+    return kn.discrete_energy_rows(batch.start, A, graph, labels_all, lam)
+
+
+def meanshift_step(batch, state, params):
+    (Z,) = state
+    modes, inv2s2 = params
+    num, den = np.zeros_like(modes), np.zeros(len(modes))
+    kn.meanshift_sums(batch.X, Z, modes, inv2s2, num, den)
+    return num, den
+
+
+def nearest_row_step(batch, _state, params):
+    (modes,) = params
+    X = np.asarray(batch.X, dtype=np.float64)
+    d2 = (X * X).sum(1)[:, None] - 2 * X @ modes.T + (modes * modes).sum(1)[None, :]
+    i = d2.argmin(0)
+    return d2[i, np.arange(len(modes))], i + batch.start
+
+
+def merge_nearest(a, b):
+    take_b = b[0] < a[0]
+    return np.where(take_b, b[0], a[0]), np.where(take_b, b[1], a[1])
+
+
+def assign_step(batch, state, params):
+    (labels,) = state
+    (seeds,) = params
+    X = np.asarray(batch.X, dtype=np.float64)
+    d2 = -2 * X @ seeds.T + (seeds * seeds).sum(1)[None, :]
+    labels[:] = d2.argmin(1)
+    return len(X) * len(seeds)
