@@ -116,3 +116,21 @@ def _write_norms(batch, state, _params):
     (out,) = state
     out[:] = np.linalg.norm(batch.X, axis=1)
     return None
+
+
+def test_ncutemb_pairs_column_on_workers(dask_executor):
+    """NCutEmb with ``pairs=COL``: the column's groups (memory-mapped in the work directory) reach
+    the workers; 2 shares per part, weights averaged, the same clustering as the local fit."""
+    import pyarrow as pa
+    from streamclust.toolkit import purity
+    rng = np.random.default_rng(0)
+    n = 1200
+    a, y = rng.integers(0, 2, n), rng.integers(0, 2, n)
+    X = np.stack([8.0 * a - 4 + rng.normal(0, 1, n), 6.0 * y - 3 + rng.normal(0, 1, n)], 1)
+    t = pa.table({"x": list(X.astype(np.float32)), "sess": y * 1000 + rng.integers(0, 60, n)})
+    kw = dict(features="x", seed=0, pairs="sess", block_rows=64, progress=False)
+    local = streamclust.fit(t, "ncutemb", 2, **kw)
+    dist = streamclust.fit(t, "ncutemb", 2, executor=dask_executor, **kw)
+    assert dist.history[-1]["spread"] > 0  # the shares did run apart
+    for m in (local, dist):
+        assert purity(y, m.predict(X.astype(np.float32))) > 0.99

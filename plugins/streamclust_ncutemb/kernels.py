@@ -26,9 +26,60 @@ Config = namedtuple("Config", "mode soft lr eta_pos eta_neg xi rounds seed epoch
 #: class, the ring's next slot (``pos[0]``) and the epoch's sums (``sums``: loss, neighbour steps,
 #: steps skipped by balancing, random-pair steps) and the classes chosen this epoch (``chosen``)
 Balance = namedtuple("Balance", "ring counts pos sums chosen")
-#: the kNN graph of all rows (``ids``: N × k, -1: none) and the feature cache (``X``: N × d)
-#: that anchors, neighbours and partners are read from by id
-Pairs = namedtuple("Pairs", "ids X")
+#: where a row's neighbours come from, and the feature cache (``X``: N × d) that anchors,
+#: neighbours and partners are read from by id: either the kNN graph of all rows (``ids``: N × k,
+#: -1: none; ``groups`` empty), or ``groups = Groups(code, starts, order)`` when rows that share a
+#: value of a column are neighbours (``ids``: N × 0)
+Pairs = namedtuple("Pairs", "ids X groups")
+#: rows grouped by a column's value: ``code[r]`` the group of row r; the rows of group g are
+#: ``order[starts[g]:starts[g + 1]]`` (see :func:`group_rows`)
+Groups = namedtuple("Groups", "code starts order")
+
+
+def graph_pairs(ids, X):
+    """:class:`Pairs` from the kNN graph ``ids``."""
+    empty = np.zeros(0, np.int64)
+    return Pairs(ids, X, Groups(empty, empty, empty))
+
+
+@nb.njit(cache=True)
+def group_rows(code, starts, order):
+    """A counting sort of the rows by group: ``starts`` (n_groups + 1, zeros) and ``order`` (n)
+    filled so that the rows of group g are ``order[starts[g]:starts[g + 1]]`` in row order.
+    Codes must be ≥ 0.  Returns the number of rows whose group has another row."""
+    G = starts.shape[0] - 1
+    for r in range(code.shape[0]):
+        starts[code[r] + 1] += 1
+    for g in range(G):
+        starts[g + 1] += starts[g]
+    nxt = starts[:G].copy()
+    for r in range(code.shape[0]):
+        g = code[r]
+        order[nxt[g]] = r
+        nxt[g] += 1
+    paired = 0
+    for g in range(G):
+        size = starts[g + 1] - starts[g]
+        if size > 1:
+            paired += size
+    return paired
+
+
+@nb.njit(cache=True, inline="always")
+def _neighbour(pairs, r, s):
+    """A random neighbour of row r (-1: none) and the advanced random state: a uniform draw
+    among the other rows of r's group, or one of r's k graph neighbours."""
+    gr = pairs.groups
+    if gr.order.shape[0] > 0:
+        g = gr.code[r]
+        lo, hi = gr.starts[g], gr.starts[g + 1]
+        if hi - lo < 2:
+            return s, -1
+        s, u = rng_below(s, hi - lo - 1)
+        j = gr.order[lo + u]
+        return s, (gr.order[hi - 1] if j == r else j)
+    s, t = rng_below(s, pairs.ids.shape[1])
+    return s, pairs.ids[r, t]
 
 
 _M = np.uint64(0x9E3779B97F4A7C15)
@@ -182,6 +233,8 @@ def _allowed(bal, c, cfg):
     N = bal.ring.shape[0]
     fair = N / cfg.n_clusters
     seen = bal.counts[c]
+    if cfg.soft == 2 and seen > fair + cfg.xi:
+        return 0.0
     if cfg.soft:
         return fair / max(seen, 1.0)
     return 0.0 if seen > fair + cfg.xi else 1.0
@@ -263,7 +316,6 @@ def sgd_block(n, start, pairs, net, scale, cfg, bal):
     fi, fj, g = np.empty(C), np.empty(C), np.empty(C)
     s = rng_init(cfg.seed, 0x4E43 + cfg.epoch, start)
     key = np.uint64(rng_init(cfg.seed, 0x5045 + cfg.epoch, 0))
-    k_nbrs = pairs.ids.shape[1]
     shrink = 1.0 - cfg.lr * cfg.l2
     for p in range(start, start + n):
         r = permuted(p, N, key)
@@ -272,8 +324,7 @@ def sgd_block(n, start, pairs, net, scale, cfg, bal):
         _standardise(pairs.X[r], scale, xi_)
         for _ in range(cfg.rounds):
             # (1) a neighbour pair
-            s, t = rng_below(s, k_nbrs)
-            j = pairs.ids[r, t]
+            s, j = _neighbour(pairs, r, s)
             if j >= 0:
                 _standardise(pairs.X[j], scale, xj_)
                 forward(net, xi_, h, fi)

@@ -103,7 +103,7 @@ def test_rows_without_neighbours_take_only_random_pair_steps():
         before = [a.copy() for a in net]
         bal = kn.Balance(np.arange(30) % 3, np.full(3, 10.0), np.zeros(1, np.int64), np.zeros(4), np.zeros(3))
         cfg = kn.Config(1, True, 0.01, 1.0, eta_neg, 10.0, 1, 0, 0, 3, 0.0, True, False)
-        kn.sgd_block(50, 0, kn.Pairs(ids, X), net, scale, cfg, bal)
+        kn.sgd_block(50, 0, kn.graph_pairs(ids, X), net, scale, cfg, bal)
         return before, net, bal
 
     before, net, bal = run(0.0)
@@ -178,3 +178,62 @@ def test_variants_find_well_separated_blobs(kw):
     X, y = make_blobs()
     m = streamclust.fit(X, "ncutemb", 4, seed=0, progress=False, **kw)
     assert nmi(y, m.predict(X)) > 0.95
+
+
+def test_group_rows_is_a_counting_sort():
+    code = np.random.default_rng(4).integers(0, 7, 300)
+    code[code == 3] = 2  # group 3 empty
+    code[5] = 6
+    starts, order = np.zeros(8, np.int64), np.zeros(300, np.int64)
+    paired = kn.group_rows(code, starts, order)
+    counts = np.bincount(code, minlength=7)
+    np.testing.assert_array_equal(starts, np.concatenate([[0], np.cumsum(counts)]))
+    np.testing.assert_array_equal(order, np.argsort(code, kind="stable"))
+    assert paired == counts[counts > 1].sum()
+
+
+def _corners(n=2000, seed=0):
+    """Four blobs at (±4, ±3): k-means and the kNN graph split by the wider gap (x₁); the
+    sessions (groups of ~10 rows of one x₂ side) say the clusters are the two x₂ sides."""
+    import pyarrow as pa
+    rng = np.random.default_rng(seed)
+    a, y = rng.integers(0, 2, n), rng.integers(0, 2, n)
+    X = np.stack([8.0 * a - 4 + rng.normal(0, 1, n), 6.0 * y - 3 + rng.normal(0, 1, n)], 1)
+    sess = y * 1000 + rng.integers(0, 100, n)
+    return pa.table({"x": list(X.astype(np.float32)), "sess": sess, "y": y}), X.astype(np.float32), y
+
+
+def test_pairs_column_makes_rows_of_a_value_neighbours():
+    t, X, y = _corners()
+    graph = streamclust.fit(t, "ncutemb", 2, features="x", seed=0, progress=False)
+    assert _error(y, graph.predict(X)) > 40  # the graph sees the x₁ split
+    for seed in range(3):
+        m = streamclust.fit(t, "ncutemb", 2, features="x", seed=seed, pairs="sess", progress=False)
+        assert _error(y, m.predict(X)) < 1.0
+        assert m.history[-1]["rows_without_neighbour"] == 0
+
+
+def test_pairs_column_bad_input_and_rows_without_neighbour():
+    import pyarrow as pa
+    t, X, y = _corners(n=400)
+    sess = t.column("sess").to_numpy().copy()
+    with pytest.raises(DataError, match="'nope'.*missing"):
+        streamclust.fit(t, "ncutemb", 2, features="x", pairs="nope", progress=False)
+    nulls = pa.array([None if i in (7, 9) else int(v) for i, v in enumerate(sess)])
+    with pytest.raises(DataError, match=r"column 'sess' has 2 null.*row 7"):
+        streamclust.fit(t.set_column(1, "sess", nulls), "ncutemb", 2, features="x", pairs="sess",
+                        progress=False)
+    unique = pa.array(np.arange(400))
+    with pytest.raises(DataError, match="only 0 of 400 rows share a value of column 'sess'"):
+        streamclust.fit(t.set_column(1, "sess", unique), "ncutemb", 2, features="x", pairs="sess",
+                        progress=False)
+    few = np.arange(400)
+    few[1] = 0  # rows 0 and 1 share a value: 2 rows with a neighbour, fewer than 3 clusters
+    with pytest.raises(DataError, match="only 2 of 400 rows.*n_clusters = 3"):
+        streamclust.fit(t.set_column(1, "sess", pa.array(few)), "ncutemb", 3, features="x",
+                        pairs="sess", progress=False)
+    sess[:30] = 5000 + np.arange(30)  # 30 more rows whose value no other row has
+    _, inverse, counts = np.unique(sess, return_inverse=True, return_counts=True)
+    m = streamclust.fit(t.set_column(1, "sess", pa.array(sess)), "ncutemb", 2, features="x",
+                        pairs="sess", progress=False, epochs=3)
+    assert m.history[-1]["rows_without_neighbour"] == (counts[inverse] == 1).sum() >= 30
