@@ -1,6 +1,7 @@
 """The algorithm contract: what a plugin implements, and the small records it exchanges."""
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
@@ -110,9 +111,19 @@ class Algorithm:
     #: False when a distributed executor gives a different (equally good) result: SGD whose
     #: workers' weights are averaged (the contract then checks quality, not equality)
     distributed_exact: ClassVar[bool] = True
+    #: True when the number of clusters is an outcome of the fit (exemplar methods): then
+    #: ``n_clusters`` may be omitted (None or 0), a given one is ignored with a warning, and the
+    #: fit sets ``n_clusters`` to the number it found
+    chooses_k: ClassVar[bool] = False
 
-    def __init__(self, n_clusters: int, *, seed: int = 0, **hyper):
-        if isinstance(n_clusters, bool) or not isinstance(n_clusters, (int, np.integer)) or n_clusters < 1:
+    def __init__(self, n_clusters: int | None, *, seed: int = 0, **hyper):
+        if self.chooses_k and (n_clusters is None or (isinstance(n_clusters, (int, np.integer))
+                                                      and not isinstance(n_clusters, bool))):
+            if n_clusters:
+                warnings.warn(f"algorithm '{self.name}' chooses the number of clusters itself; "
+                              f"n_clusters={n_clusters} is ignored", stacklevel=3)
+            n_clusters = 0
+        elif isinstance(n_clusters, bool) or not isinstance(n_clusters, (int, np.integer)) or n_clusters < 1:
             raise ParameterError(f"n_clusters must be a positive integer, got {n_clusters!r}")
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ParameterError(f"seed must be a non-negative integer, got {seed!r}")
@@ -175,7 +186,7 @@ class Algorithm:
 
     @classmethod
     def from_state(cls, params: dict, state: dict) -> "Algorithm":
-        algo = cls(params["n_clusters"], seed=params.get("seed", 0), **params.get("hyper", {}))
+        algo = cls(0 if cls.chooses_k else params["n_clusters"], seed=params.get("seed", 0), **params.get("hyper", {}))
         algo.set_state(state)
         return algo
 

@@ -53,7 +53,8 @@ def main(ctx, verbose):
 @main.command()
 @click.argument("data")
 @click.option("--algorithm", "-a", default="dgmm", show_default=True)
-@click.option("--clusters", "-k", type=int, required=True, help="Number of clusters.")
+@click.option("--clusters", "-k", type=int, default=None,
+              help="Number of clusters (required, except for algorithms that choose it: infex).")
 @click.option("--features", "-f", multiple=True, help="Feature column(s): one list column or numeric columns.")
 @click.option("--set", "sets", multiple=True, metavar="NAME=VALUE", help="Algorithm parameter.")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -73,6 +74,10 @@ def fit(data, algorithm, clusters, features, sets, seed, batch_size, max_epochs,
         skip_invalid, quiet, scheduler, workers, resume, out):
     """Fit a clustering of DATA and save the model to --out."""
     from .engine import fit as _fit
+    from .plugins import PluginHost
+    if clusters is None and not PluginHost().algorithm(algorithm).chooses_k:
+        raise click.UsageError(f"missing option '-k' / '--clusters' (algorithm '{algorithm}' needs "
+                               f"the number of clusters)")
     params = _parse_set(sets)
     executor = None
     if scheduler:
@@ -90,7 +95,7 @@ def fit(data, algorithm, clusters, features, sets, seed, batch_size, max_epochs,
     path = model.save(out)
     last = model.history[-1] if model.history else {}
     info = model.info
-    click.echo(f"{algorithm}: {clusters} clusters on {info['rows']} rows × {info['features']} features"
+    click.echo(f"{algorithm}: {model.n_clusters} clusters on {info['rows']} rows × {info['features']} features"
                f" ({info['rows_skipped']} skipped), {info['epochs']} epochs, "
                f"converged={info['converged']}, objective={last.get('objective', float('nan')):.6g}, "
                f"{info['seconds']:.2f} s -> {path}")

@@ -191,12 +191,15 @@ def _finish(st: _State, converged: bool, host) -> Model:
     return model
 
 
-def fit(data, algorithm: str = "dgmm", n_clusters: int = 8, *, features=None, seed: int = 0,
+def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, features=None, seed: int = 0,
         batch_size: int = 65536, max_epochs: int = 100, work_dir: str | None = None,
         on_invalid: str = "error", progress: bool | None = None, host: PluginHost | None = None,
         executor=None, client=None, knn_options: dict | None = None, resume: bool = False,
         blas_threads: int | None = 1, **params) -> Model:
     """Fit ``algorithm`` with ``n_clusters`` clusters on ``data`` and return the :class:`Model`.
+
+    ``n_clusters``: default 8, except for algorithms that choose the number themselves
+    (``Algorithm.chooses_k``, e.g. INFEX), which ignore it.
 
     ``data``: a Parquet file / directory / glob, an Arrow IPC file, a NumPy array or pyarrow data.
     ``features``: one list column or several numeric columns (default: the only list column, else
@@ -215,7 +218,10 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int = 8, *, features=None, se
     if blas_threads is not None:
         _check_int("blas_threads", blas_threads, 1)
     host = host or PluginHost()
-    algo = host.algorithm(algorithm)(n_clusters, seed=seed, **params)
+    cls = host.algorithm(algorithm)
+    if n_clusters is None and not cls.chooses_k:
+        n_clusters = 8
+    algo = cls(n_clusters, seed=seed, **params)
     d = _open(data, algo, features, on_invalid)
     executor = _executor(executor, client)
     if resume and (work_dir is None or not algo.can_resume()):

@@ -19,7 +19,7 @@ from .errors import ParameterError, PluginError
 
 ENTRY_POINT_GROUP = "streamclust"
 BUILTIN_PLUGINS = (("dgmm", "streamclust_dgmm"), ("ism", "streamclust_ism"), ("slk", "streamclust_slk"),
-                   ("ncutemb", "streamclust_ncutemb"))
+                   ("ncutemb", "streamclust_ncutemb"), ("infex", "streamclust_infex"))
 
 
 _SCAN: dict = {}

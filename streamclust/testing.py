@@ -61,6 +61,8 @@ def _params(algorithm, params, host):
 
 
 def _fit(algorithm, X, k, params, host, **kw):
+    if (host or PluginHost()).algorithm(algorithm).chooses_k:
+        k = None  # the algorithm finds the number of clusters
     return fit(X, algorithm, k, host=host, progress=False, **{**params, **kw})
 
 
@@ -70,7 +72,7 @@ def check_labels_valid(algorithm, params=None, host=None):
     labels = m.predict(X)
     assert labels.dtype == np.int32, f"labels must be int32, got {labels.dtype}"
     assert labels.shape == (len(X),)
-    assert ((labels >= -1) & (labels < 4)).all(), "labels must lie in [0, k) or be -1"
+    assert ((labels >= -1) & (labels < m.n_clusters)).all(), "labels must lie in [0, k) or be -1"
     assert nmi(y, labels) > 0.9, f"well-separated blobs not found (NMI {nmi(y, labels):.3f})"
 
 
@@ -168,8 +170,9 @@ def check_save_load(algorithm, params=None, host=None):
 
 def check_parameter_errors_early(algorithm, params=None, host=None):
     cls = (host or PluginHost()).algorithm(algorithm)
+    k = None if cls.chooses_k else 3
     try:
-        cls(3, no_such_parameter_xyz=1)
+        cls(k, no_such_parameter_xyz=1)
     except ParameterError:
         pass
     else:
@@ -179,7 +182,7 @@ def check_parameter_errors_early(algorithm, params=None, host=None):
         if bad is None:
             continue
         try:
-            cls(3, **{name: bad})
+            cls(k, **{name: bad})
         except ParameterError:
             continue
         raise AssertionError(f"parameter '{name}' accepted {bad!r}")

@@ -1,0 +1,216 @@
+"""INFEX: the masters against independent solvers (scipy SLSQP, EM run to convergence), the
+certificate against a brute-force search, the paper's comparisons (EM with as many components,
+convex clustering, restricted KVQ) on a usps subset, prediction against its definition, the
+number of clusters as an outcome, the coreset path and bad input."""
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+import streamclust
+from streamclust.testing import make_blobs
+from streamclust.toolkit import ParameterError, nmi
+from streamclust_infex import kernels as kn
+from streamclust_infex import master as ms
+
+DATA = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "shared", "data"))
+
+
+def _usps(per_class):
+    path = os.path.join(DATA, "usps_all_11000.npz")
+    if not os.path.exists(path):
+        pytest.skip(f"{path} is absent (../shared/data beside the repo)")
+    z = np.load(path, allow_pickle=False)
+    rng = np.random.default_rng(0)
+    idx = np.concatenate([rng.choice(np.flatnonzero(z["y"] == c), per_class, replace=False)
+                          for c in range(10)])
+    return z["X"][idx].astype(np.float32)
+
+
+def _log_gauss(X, Z, h):
+    return -0.5 * ((X[:, None, :] - Z[None]) ** 2).sum(-1) / h ** 2
+
+
+def test_loglik_master_matches_slsqp_and_em():
+    from scipy.optimize import minimize
+    rng = np.random.default_rng(0)
+    X, Z = rng.normal(size=(200, 3)), rng.normal(size=(12, 3)) * 1.5
+    w = rng.uniform(0.5, 2.0, 200)
+    logK = _log_gauss(X, Z, 0.6)
+    sol = ms.solve_loglik(logK, w)
+    assert sol.gap <= 1e-8 and abs(sol.q.sum() - 1) < 1e-12 and (sol.q >= 0).all()
+    K, wn = np.exp(logK), w / w.sum()
+    res = minimize(lambda q: -wn @ np.log(K @ q), np.full(12, 1 / 12), method="SLSQP",
+                   jac=lambda q: -K.T @ (wn / (K @ q)), bounds=[(0, 1)] * 12,
+                   constraints=[{"type": "eq", "fun": lambda q: q.sum() - 1}],
+                   options={"ftol": 1e-15, "maxiter": 1000})
+    assert abs(sol.objective - (-res.fun)) < 1e-6 and sol.objective >= -res.fun - 1e-12
+    _, em = ms.em_weights(logK, w, iters=20000)
+    assert abs(sol.objective - em) < 1e-6
+    # the duals: η = ŵ / γ, Kᵀη ≤ 1 with equality on the support
+    eta = np.exp(sol.log_dual)
+    np.testing.assert_allclose(eta, wn / (K @ sol.q), rtol=1e-10)
+    r = K.T @ eta
+    assert r.max() <= 1 + 1e-8 and np.allclose(r[sol.q > 1e-6], 1.0, atol=1e-6)
+
+
+def test_kvq_master_matches_slsqp():
+    from scipy.optimize import minimize
+    rng = np.random.default_rng(1)
+    X, Z = rng.normal(size=(40, 2)), rng.normal(size=(8, 2))
+    logK = _log_gauss(X, Z, 1.0)  # KVQ with a Gaussian kernel: a smooth LP to compare
+    sol = ms.solve_kvq(logK)
+    K = np.exp(logK)
+    res = minimize(lambda v: -v[-1], np.r_[np.full(8, 1 / 8), 0.0], method="SLSQP",
+                   bounds=[(0, 1)] * 8 + [(None, None)],
+                   constraints=[{"type": "eq", "fun": lambda v: v[:-1].sum() - 1},
+                                {"type": "ineq", "fun": lambda v: K @ v[:-1] - v[-1]}],
+                   options={"ftol": 1e-14, "maxiter": 1000})
+    assert abs(sol.objective - res.x[-1]) < 1e-6
+    assert abs((K @ sol.q).min() - sol.objective) < 1e-9
+    mu = np.exp(sol.log_dual)
+    assert abs(mu.sum() - 1) < 1e-9 and (K.T @ mu).max() <= sol.objective + 1e-8
+
+
+def test_nonnegative_qp_against_brute_force():
+    rng = np.random.default_rng(2)
+    A = rng.normal(size=(6, 5))
+    H, c = A.T @ A + 0.1 * np.eye(5), rng.normal(size=5)
+    y = ms.nonnegative_qp(H, c, np.ones(5))
+    best = np.inf
+    for mask in range(1, 32):  # every free set: the KKT point with y ≥ 0 of least value
+        F = [j for j in range(5) if mask >> j & 1]
+        yF = np.linalg.solve(H[np.ix_(F, F)], -c[F])
+        if (yF >= 0).all():
+            v = np.zeros(5)
+            v[F] = yF
+            best = min(best, 0.5 * v @ H @ v + c @ v)
+    assert abs(0.5 * y @ H @ y + c @ y - min(best, 0.0)) < 1e-10
+
+
+def test_certificate_holds_against_a_brute_force_search():
+    """Fitted on blobs: no point of a dense search (rows, midpoints, jittered exemplars) has a
+    reduced cost above ε; the exemplars sit near the four blob centres."""
+    X, y = make_blobs(n=300, k=4, d=2, seed=3, spread=0.5)
+    m = streamclust.fit(X, "infex", bandwidth=1.0, progress=False)
+    a = m.algorithm_
+    assert a.certified_ and a.max_reduced_cost_ <= a.hyper["epsilon"] and m.info["converged"]
+    logK = _log_gauss(X.astype(np.float64), a.exemplars_, 1.0)
+    sol = ms.solve_loglik(logK, np.ones(len(X)))
+    assert abs(sol.objective - a.objective_) < 1e-8
+    eta = np.exp(sol.log_dual)
+    rng = np.random.default_rng(0)
+    P = np.vstack([X, (X[rng.integers(0, 300, 2000)] + X[rng.integers(0, 300, 2000)]) / 2,
+                   a.exemplars_[rng.integers(0, len(a.exemplars_), 2000)] + rng.normal(0, 0.05, (2000, 2))])
+    delta = np.exp(_log_gauss(P.astype(np.float64), X.astype(np.float64), 1.0)) @ eta - 1.0
+    assert delta.max() <= a.hyper["epsilon"] + 1e-9
+    assert nmi(y, m.predict(X)) > 0.9
+
+
+def test_usps_beats_em_and_convex_clustering():
+    """The paper's Table 1 on a 200-row subset of usps (20 per digit), σ = 440: INFEX above the
+    best of 10 EM runs with as many components (started from random rows) and above convex
+    clustering (exemplars among the rows)."""
+    X = _usps(20)
+    m = streamclust.fit(X, "infex", bandwidth=440.0, progress=False)
+    cvx = streamclust.fit(X, "infex", bandwidth=440.0, convex=True, progress=False)
+    rng = np.random.default_rng(0)
+    em = max(ms.fixed_bandwidth_em(X, X[rng.choice(len(X), m.n_clusters, replace=False)], 440.0)[2]
+             for _ in range(10))
+    a = m.algorithm_
+    assert a.certified_ and cvx.algorithm_.certified_
+    assert a.objective_ > em and a.objective_ > cvx.algorithm_.objective_, (a.objective_, em, cvx.algorithm_.objective_)
+    assert abs(a.full_objective_ - a.objective_) < 1e-9  # no coreset: the same rows
+
+
+def test_kvq_beats_restricted_kvq():
+    X = _usps(20)
+    kw = dict(objective="kvq", kernel="uniform", bandwidth=1400.0, progress=False)
+    m = streamclust.fit(X, "infex", **kw)
+    r = streamclust.fit(X, "infex", convex=True, **kw)
+    assert m.algorithm_.objective_ > r.algorithm_.objective_
+    assert m.n_clusters < r.n_clusters
+    # ρ is the lowest response of any row: recomputed from the exemplars
+    D = ((X[:, None, :].astype(np.float64) - m.algorithm_.exemplars_[None]) ** 2).sum(-1)
+    rho = ((D <= 1400.0 ** 2) @ m.algorithm_.weights_).min()
+    assert abs(rho - m.algorithm_.objective_) < 1e-9
+
+
+def test_predict_is_the_largest_weighted_response():
+    X, _ = make_blobs(n=300, k=3, d=3, seed=4)
+    m = streamclust.fit(X, "infex", bandwidth=1.5, progress=False)
+    a = m.algorithm_
+    L = _log_gauss(X.astype(np.float64), a.exemplars_, 1.5) + np.log(a.weights_)
+    labels, P = m.predict(X, soft=True)
+    np.testing.assert_array_equal(labels, L.argmax(1))
+    R = np.exp(L - L.max(1, keepdims=True))
+    np.testing.assert_allclose(P, R / R.sum(1, keepdims=True), rtol=1e-9, atol=1e-12)
+    assert a.exemplars_.dtype == np.float64 and abs(a.weights_.sum() - 1) < 1e-12
+
+
+def test_number_of_clusters_is_an_outcome(tmp_path):
+    from click.testing import CliRunner
+    from streamclust.cli import main
+    X, _ = make_blobs(n=300, k=3, d=2, seed=5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m = streamclust.fit(X, "infex", bandwidth=1.0, progress=False)
+    assert m.n_clusters == len(m.algorithm_.weights_) >= 3
+    with pytest.warns(UserWarning, match="chooses the number of clusters"):
+        streamclust.fit(X, "infex", 7, bandwidth=1.0, progress=False)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    pq.write_table(pa.table({"a": X[:, 0], "b": X[:, 1]}), tmp_path / "d.parquet")
+    r = CliRunner().invoke(main, ["fit", str(tmp_path / "d.parquet"), "-a", "infex", "--set",
+                                  "bandwidth=1.0", "-q", "-o", str(tmp_path / "m")])
+    assert r.exit_code == 0 and f"{m.n_clusters} clusters" in r.output, r.output
+    loaded = streamclust.load_model(str(tmp_path / "m"))
+    np.testing.assert_array_equal(loaded.predict(X), m.predict(X))
+    r = CliRunner().invoke(main, ["fit", str(tmp_path / "d.parquet"), "-a", "dgmm", "-q", "-o",
+                                  str(tmp_path / "m2")])
+    assert r.exit_code != 0 and "'dgmm' needs the number of clusters" in r.output
+
+
+def test_coreset_master_and_full_data_objective():
+    X, y = make_blobs(n=6000, k=4, d=3, seed=6)
+    full = streamclust.fit(X, "infex", bandwidth=1.0, progress=False)
+    cs = streamclust.fit(X, "infex", bandwidth=1.0, coreset_size=800, progress=False)
+    a = cs.algorithm_
+    assert a.certified_ and nmi(y, cs.predict(X)) > 0.9
+    # the coreset's optimum scored on every row: close to the optimum on every row
+    assert full.algorithm_.full_objective_ - 0.02 < a.full_objective_ <= full.algorithm_.full_objective_ + 1e-9
+    with pytest.raises(ParameterError, match="max_master_rows"):
+        streamclust.fit(X, "infex", bandwidth=1.0, max_master_rows=1000, progress=False)
+
+
+def test_finite_support_kernels_and_bad_input():
+    X, _ = make_blobs(n=200, k=3, d=2, seed=7)
+    m = streamclust.fit(X, "infex", kernel="epanechnikov", bandwidth=2.0, progress=False)
+    assert m.algorithm_.certified_  # init=auto: Z₀ = the rows, every row has a response
+    with pytest.raises(ParameterError, match="zero response.*init=rows"):
+        streamclust.fit(X, "infex", kernel="epanechnikov", bandwidth=0.3, init="empty",
+                        progress=False)
+    with pytest.raises(ParameterError, match="kernel"):
+        streamclust.fit(X, "infex", kernel="cosine", progress=False)
+    state = m.algorithm_.state()
+    state["weights"] = state["weights"] * 2
+    with pytest.raises(ParameterError, match="sum to 1"):
+        m.algorithm_.set_state(state)
+    far = np.full((1, 2), 1e6, np.float32)  # no exemplar's support reaches it: the nearest one
+    d2 = ((far.astype(np.float64) - m.algorithm_.exemplars_) ** 2).sum(1)
+    assert m.predict(far)[0] == d2.argmin()
+
+
+def test_shift_step_is_the_weighted_mean():
+    rng = np.random.default_rng(8)
+    X = rng.normal(size=(500, 4))
+    log_eta = np.log(rng.uniform(0.1, 1.0, 500))
+    Z0 = rng.normal(size=(7, 4))
+    for kind, h in ((kn.GAUSSIAN, 0.8), (kn.EPANECHNIKOV, 1.5)):
+        walk = kn.Walk(Z0.copy(), np.ones(7, np.uint8), np.zeros(7))
+        kn.shift(X, (X * X).sum(1), log_eta, kn.Kernel(kind, h), walk, 0.0, chunk=128)
+        d2 = ((X[:, None] - Z0[None]) ** 2).sum(-1) / h ** 2
+        g = np.exp(-0.5 * d2) if kind == kn.GAUSSIAN else (d2 <= 1.0).astype(float)
+        W = np.exp(log_eta)[:, None] * g
+        np.testing.assert_allclose(walk.Z, (W.T @ X) / W.sum(0)[:, None], rtol=1e-9)
