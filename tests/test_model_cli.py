@@ -95,3 +95,22 @@ def test_evaluate_string_labels_with_nulls(tmp_path, blobs):
     keep = np.array([v is not None for v in lab])
     assert ev["unlabeled"] == 2 and ev["n_classes"] == 4
     assert abs(ev["nmi"] - normalized_mutual_info_score(y[keep], m.predict(X)[keep])) < 1e-12
+
+
+def test_cli_fit_without_k_for_an_algorithm_that_chooses_it(tmp_path):
+    """INFEX chooses the number of exemplars: no -k; the summary line gives the number found
+    and the saved model predicts as the fitted one.  D-GMM without -k is a usage error."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from streamclust.testing import make_blobs
+    X, _ = make_blobs(n=300, k=3, d=2, seed=5)
+    m = streamclust.fit(X, "infex", bandwidth=1.0, progress=False)
+    pq.write_table(pa.table({"a": X[:, 0], "b": X[:, 1]}), tmp_path / "d.parquet")
+    r = CliRunner().invoke(main, ["fit", str(tmp_path / "d.parquet"), "-a", "infex", "--set",
+                                  "bandwidth=1.0", "-q", "-o", str(tmp_path / "m")])
+    assert r.exit_code == 0 and f"infex: {m.n_clusters} clusters" in r.output, r.output
+    np.testing.assert_array_equal(streamclust.load_model(str(tmp_path / "m")).predict(X), m.predict(X))
+    r = CliRunner().invoke(main, ["fit", str(tmp_path / "d.parquet"), "-a", "dgmm", "-q", "-o",
+                                  str(tmp_path / "m2")])
+    assert r.exit_code != 0 and "'dgmm' needs the number of clusters" in r.output
+    assert not (tmp_path / "m2").exists()

@@ -149,9 +149,7 @@ def test_predict_is_the_largest_weighted_response():
     assert a.exemplars_.dtype == np.float64 and abs(a.weights_.sum() - 1) < 1e-12
 
 
-def test_number_of_clusters_is_an_outcome(tmp_path):
-    from click.testing import CliRunner
-    from streamclust.cli import main
+def test_number_of_clusters_is_an_outcome():
     X, _ = make_blobs(n=300, k=3, d=2, seed=5)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -159,17 +157,6 @@ def test_number_of_clusters_is_an_outcome(tmp_path):
     assert m.n_clusters == len(m.algorithm_.weights_) >= 3
     with pytest.warns(UserWarning, match="chooses the number of clusters"):
         streamclust.fit(X, "infex", 7, bandwidth=1.0, progress=False)
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    pq.write_table(pa.table({"a": X[:, 0], "b": X[:, 1]}), tmp_path / "d.parquet")
-    r = CliRunner().invoke(main, ["fit", str(tmp_path / "d.parquet"), "-a", "infex", "--set",
-                                  "bandwidth=1.0", "-q", "-o", str(tmp_path / "m")])
-    assert r.exit_code == 0 and f"{m.n_clusters} clusters" in r.output, r.output
-    loaded = streamclust.load_model(str(tmp_path / "m"))
-    np.testing.assert_array_equal(loaded.predict(X), m.predict(X))
-    r = CliRunner().invoke(main, ["fit", str(tmp_path / "d.parquet"), "-a", "dgmm", "-q", "-o",
-                                  str(tmp_path / "m2")])
-    assert r.exit_code != 0 and "'dgmm' needs the number of clusters" in r.output
 
 
 def test_coreset_master_and_full_data_objective():
