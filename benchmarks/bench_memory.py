@@ -8,7 +8,9 @@ the throughput of the epochs (rows × epochs / the epochs' seconds, from the mod
                                       [--algorithm dgmm] [--set name=value ...]
 
 D-GMM by default (``--set tol=1e-9`` so that every epoch runs); NCutEmb:
-``--algorithm ncutemb --dim 64 --set epochs=3`` (its kNN graph is built in the fit).
+``--algorithm ncutemb --dim 64 --set epochs=3`` (its kNN graph is built in the fit);
+``--algorithm infex --dim 16 --clusters 10 --set coreset_size=20000 --set bandwidth=2``
+(the data's clusters; INFEX finds its own number).
 """
 import argparse
 import json
@@ -46,8 +48,9 @@ def status_kb(pid, key):
 
 def measure(data, work, args):
     sets = args.set or (["tol=1e-9"] if args.algorithm == "dgmm" else [])
-    cmd = [sys.executable, "-m", "streamclust.cli", "fit", data, "-a", args.algorithm,
-           "-k", str(args.clusters), "-q", "--max-epochs", str(args.epochs), "--work-dir", work,
+    from streamclust.plugins import PluginHost
+    k = [] if PluginHost().algorithm(args.algorithm).chooses_k else ["-k", str(args.clusters)]
+    cmd = [sys.executable, "-m", "streamclust.cli", "fit", data, "-a", args.algorithm, *k, "-q", "--max-epochs", str(args.epochs), "--work-dir", work,
            "--out", os.path.join(work, "model")]
     for s in sets:
         cmd += ["--set", s]
