@@ -264,7 +264,7 @@ class INFEX(Algorithm):
         used = self._q > 1e-9  # the model keeps the exemplars with weight > 0 (LP noise: < 1e-10)
         self.exemplars_ = np.ascontiguousarray(self._Z[used], dtype=np.float64)
         self.weights_ = self._q[used] / self._q[used].sum()
-        self.n_clusters = len(self._q)
+        self.n_clusters = len(self.weights_)
         self.objective_ = float(self._sol.objective)
         self.gap_ = float(self._sol.gap)
         self.certified_ = bool(self._certified)

@@ -25,6 +25,8 @@ import numpy as np
 #: log-likelihood, or ρ); ``log_dual`` log η per row (−∞: η = 0); ``threshold`` σ*; ``gap`` the duality gap;
 #: ``iterations`` the solver's (SQP) iterations
 Solution = namedtuple("Solution", "q objective log_dual threshold gap iterations")
+#: the HiGHS method of the KVQ master (see :func:`solve_kvq`)
+METHOD = "highs"
 
 
 def _scaled(logK):
@@ -134,7 +136,7 @@ def solve_kvq(logK) -> Solution:
     A_eq[0, :R] = 1.0
     bounds = [(0, None)] * R + [(None, None)]
     res = linprog(c, A_ub=A_ub, b_ub=np.zeros(n), A_eq=A_eq, b_eq=[1.0], bounds=bounds,
-                  method="highs", options={"primal_feasibility_tolerance": 1e-10,
+                  method=METHOD, options={"primal_feasibility_tolerance": 1e-10,
                                            "dual_feasibility_tolerance": 1e-10})
     if res.status != 0:
         raise RuntimeError(f"HiGHS failed on the KVQ master: {res.message}")

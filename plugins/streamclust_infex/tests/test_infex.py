@@ -130,6 +130,8 @@ def test_kvq_beats_restricted_kvq():
     m = streamclust.fit(X, "infex", **kw)
     r = streamclust.fit(X, "infex", convex=True, **kw)
     assert m.algorithm_.objective_ > r.algorithm_.objective_
+    for fit in (m, r):  # the model counts the exemplars with weight > 0
+        assert fit.n_clusters == len(fit.algorithm_.weights_) and (fit.algorithm_.weights_ > 0).all()
     assert m.n_clusters < r.n_clusters
     # ρ is the lowest response of any row: recomputed from the exemplars
     D = ((X[:, None, :].astype(np.float64) - m.algorithm_.exemplars_[None]) ** 2).sum(-1)
