@@ -46,7 +46,7 @@ def main():
     t = time.perf_counter()
     model = streamclust.fit(data, "dgmm", args.clusters, features="embedding", seed=0,
                             batch_size=50_000, coreset_size=0, max_epochs=50)
-    model.save(os.path.join(args.out, "model"))
+    model.save(os.path.join(args.out, "model"), overwrite=True)  # the example's own output
     print(f"fit: D-GMM, {model.info['epochs']} epochs, converged={model.info['converged']}, "
           f"{time.perf_counter() - t:.1f} s, "
           f"{sum(h['distance_evaluations'] for h in model.history):.3g} distance evaluations "
@@ -55,7 +55,8 @@ def main():
     metrics = model.evaluate(data, labels="label")
     print("metrics:", json.dumps({k: round(v, 4) if isinstance(v, float) else v
                                   for k, v in metrics.items()}))
-    res = model.predict_to_parquet(data, os.path.join(args.out, "labels.parquet"), keep=["id"])
+    res = model.predict_to_parquet(data, os.path.join(args.out, "labels.parquet"), keep=["id"],
+                                   overwrite=True)
     print(f"labels: {res['rows']} rows -> {res['out']} (columns id, cluster)")
 
 

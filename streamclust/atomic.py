@@ -35,3 +35,19 @@ def atomic_save_npy(path: str, arr) -> None:
     import numpy as np
     with atomic_path(path, suffix=".tmp.npy") as tmp:
         np.save(tmp, arr)
+
+
+def check_output_file(out: str, inputs=(), overwrite: bool = False) -> None:
+    """Refuse the output file ``out`` when it is one of the ``inputs`` (never overwritten), a
+    directory, or an existing file without ``overwrite``; checked before the first pass."""
+    from .errors import DataError, StreamclustError
+    path = os.path.abspath(out)
+    if not os.path.exists(path):
+        return
+    for f in inputs:
+        if os.path.exists(f) and os.path.samefile(path, f):
+            raise DataError(f"{path}: is an input file; write the output elsewhere")
+    if os.path.isdir(path):
+        raise StreamclustError(f"{path}: is a directory; not overwritten")
+    if not overwrite:
+        raise StreamclustError(f"{path}: exists; not overwritten (pass overwrite=True / --overwrite)")

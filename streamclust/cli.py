@@ -70,11 +70,14 @@ def main(ctx, verbose):
 @click.option("--resume", is_flag=True,
               help="Continue the run whose checkpoint is in --work-dir (written after every epoch).")
 @click.option("--out", "-o", required=True, help="Model directory to write.")
+@click.option("--overwrite", is_flag=True, help="Replace the model in an existing --out.")
 def fit(data, algorithm, clusters, features, sets, seed, batch_size, max_epochs, work_dir,
-        skip_invalid, quiet, scheduler, workers, resume, out):
+        skip_invalid, quiet, scheduler, workers, resume, out, overwrite):
     """Fit a clustering of DATA and save the model to --out."""
     from .engine import fit as _fit
+    from .model_files import check_model_out
     from .plugins import PluginHost
+    check_model_out(out, overwrite)  # before the first pass, not after hours of fitting
     if clusters is None and not PluginHost().algorithm(algorithm).chooses_k:
         raise click.UsageError(f"missing option '-k' / '--clusters' (algorithm '{algorithm}' needs "
                                f"the number of clusters)")
@@ -92,7 +95,7 @@ def fit(data, algorithm, clusters, features, sets, seed, batch_size, max_epochs,
     finally:
         if executor is not None:
             executor.close()
-    path = model.save(out)
+    path = model.save(out, overwrite=overwrite)
     last = model.history[-1] if model.history else {}
     info = model.info
     click.echo(f"{algorithm}: {model.n_clusters} clusters on {info['rows']} rows × {info['features']} features"
@@ -108,12 +111,14 @@ def fit(data, algorithm, clusters, features, sets, seed, batch_size, max_epochs,
 @click.option("--keep", multiple=True, help="Columns to pass through (default: all non-feature columns).")
 @click.option("--batch-size", type=int, default=65536, show_default=True)
 @click.option("--skip-invalid", is_flag=True, help="Label rows with NaN/inf -1 instead of failing.")
-def predict(model_dir, data, out, keep, batch_size, skip_invalid):
+@click.option("--overwrite", is_flag=True, help="Replace an existing --out (never an input file).")
+def predict(model_dir, data, out, keep, batch_size, skip_invalid, overwrite):
     """Label every row of DATA with MODEL_DIR; write passthrough columns + cluster to --out."""
     from .model import load_model
     model = load_model(model_dir)
     res = model.predict_to_parquet(data, out, keep=_split(keep), batch_size=batch_size,
-                                   on_invalid="skip" if skip_invalid else "error")
+                                   on_invalid="skip" if skip_invalid else "error",
+                                   overwrite=overwrite)
     click.echo(f"{res['rows']} rows labelled ({res['skipped']} skipped) -> {res['out']}")
 
 

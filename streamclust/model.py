@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .algorithm import Algorithm
-from .atomic import atomic_path
+from .atomic import atomic_path, check_output_file
 from .errors import DataError
 from .features import FeatureSpec
 from .metrics import Contingency
@@ -79,10 +79,12 @@ class Model:
         return d
 
     def predict_to_parquet(self, data, out: str, keep=None, batch_size: int = 65536,
-                           on_invalid: str = "error", progress=None) -> dict:
+                           on_invalid: str = "error", progress=None, overwrite: bool = False) -> dict:
         """Stream ``data`` and write ``keep`` columns + ``cluster`` (int32; -1 for skipped rows)
-        to the Parquet file ``out`` (written to a temporary name, then renamed)."""
+        to the Parquet file ``out`` (written to a temporary name, then renamed).  An existing
+        ``out`` is refused unless ``overwrite``; one of the input files never is overwritten."""
         d = self._open(data, on_invalid)
+        check_output_file(out, getattr(d.source, "files", ()), overwrite)
         keep = list(d.passthrough if keep is None else keep)
         for c in keep:
             if c not in d.source.schema.names:
@@ -142,10 +144,11 @@ class Model:
         return out
 
     # -- persistence (streamclust/model_files.py) -------------------------------------------------
-    def save(self, path: str) -> str:
-        """Write the model directory ``path`` atomically (temporary directory, then rename)."""
+    def save(self, path: str, overwrite: bool = False) -> str:
+        """Write the model directory ``path`` atomically (temporary directory, then rename).
+        An existing directory is refused unless ``overwrite`` and it holds only a model."""
         from .model_files import save_model
-        return save_model(self, path)
+        return save_model(self, path, overwrite)
 
     def __repr__(self) -> str:
         return (f"Model(algorithm={self.algorithm!r}, n_clusters={self.n_clusters}, "

@@ -38,8 +38,32 @@ def _jsonable(x):
     return x
 
 
-def save_model(model, path: str) -> str:
-    """Write ``model`` to the directory ``path`` atomically (temporary directory, then rename)."""
+def check_model_out(path: str, overwrite: bool = False) -> None:
+    """Refuse a model directory ``path`` that exists (a file, a non-empty directory), unless
+    ``overwrite`` and it holds a model and nothing else (its files are then replaced)."""
+    path = os.path.abspath(path)
+    if not os.path.exists(path) or (os.path.isdir(path) and not os.listdir(path)):
+        return
+    if not os.path.isdir(path):
+        raise StreamclustError(f"{path}: exists and is not a model directory; not overwritten")
+    if not overwrite:
+        raise StreamclustError(f"{path}: exists; not overwritten (pass overwrite=True / "
+                               f"--overwrite to replace the model in it)")
+    try:
+        with open(os.path.join(path, MODEL_JSON)) as f:
+            own = {MODEL_JSON, ARRAYS, *json.load(f).get("files", {})}
+    except (OSError, ValueError, AttributeError):
+        raise StreamclustError(f"{path}: exists and is not a model directory; not overwritten") from None
+    others = sorted(set(os.listdir(path)) - own)
+    if others:
+        raise StreamclustError(f"{path}: holds files that are not part of the model "
+                               f"({', '.join(others[:5])}); not overwritten")
+
+
+def save_model(model, path: str, overwrite: bool = False) -> str:
+    """Write ``model`` to the directory ``path`` atomically (temporary directory, then rename);
+    an existing model there is replaced only with ``overwrite`` (see :func:`check_model_out`)."""
+    check_model_out(path, overwrite)
     state = model.algorithm_.state()
     arrays = {k: np.asarray(v) for k, v in state.items() if isinstance(v, np.ndarray)}
     extra = {k: v for k, v in state.items() if not isinstance(v, np.ndarray)}
@@ -67,9 +91,7 @@ def save_model(model, path: str) -> str:
             json.dump(_jsonable(meta), f, indent=1)
         old = None
         if os.path.exists(path):
-            if not os.path.isdir(path) or (os.listdir(path) and
-                                           not os.path.exists(os.path.join(path, MODEL_JSON))):
-                raise StreamclustError(f"{path}: exists and is not a model directory; not overwritten")
+            check_model_out(path, overwrite)  # again: another writer may have come meanwhile
             old = path + ".old-" + os.path.basename(tmp)
             os.replace(path, old)
         os.replace(tmp, path)

@@ -215,3 +215,41 @@ def test_predict_failure_midway_leaves_no_partial_file(tmp_path, model_dir, blob
     assert code == 1 and "row 190" in text and "part-002.parquet" in text
     assert not out.exists()
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".streamclust")]
+
+
+def test_outputs_never_replace_inputs_or_existing_results(tmp_path):
+    """fit --out over an existing model and predict --out over its input or an existing file are
+    refused before any pass (the issue's data loss); --overwrite replaces a model directory only
+    when it holds nothing but a model, and an input file never."""
+    import streamclust
+    rng = np.random.default_rng(0)
+    data = str(tmp_path / "d.parquet")
+    pq.write_table(pa.table({"a": rng.normal(size=300), "b": rng.normal(size=300)}), data)
+    before = pq.read_table(data)
+    model = str(tmp_path / "model")
+    assert run(["fit", data, "-k", "2", "-q", "-o", model])[0] == 0
+    with open(os.path.join(model, "model.json")) as f:
+        first = f.read()
+    code, text = run(["fit", data, "-k", "3", "-q", "-o", model])
+    assert code != 0 and "exists; not overwritten" in text
+    with open(os.path.join(model, "model.json")) as f:
+        assert f.read() == first
+    assert run(["fit", data, "-k", "3", "-q", "-o", model, "--overwrite"])[0] == 0
+    assert streamclust.load_model(model).n_clusters == 3
+    with open(os.path.join(model, "notes.txt"), "w") as f:
+        f.write("mine")
+    code, text = run(["fit", data, "-k", "2", "-q", "-o", model, "--overwrite"])
+    assert code != 0 and "notes.txt" in text and os.path.exists(os.path.join(model, "notes.txt"))
+    os.remove(os.path.join(model, "notes.txt"))
+    for extra in ([], ["--overwrite"]):
+        code, text = run(["predict", model, data, "-o", data, *extra])
+        assert code != 0 and "is an input file" in text
+    assert pq.read_table(data).equals(before)
+    out = str(tmp_path / "labels.parquet")
+    assert run(["predict", model, data, "-o", out])[0] == 0
+    code, text = run(["predict", model, data, "-o", out])
+    assert code != 0 and "exists; not overwritten" in text
+    assert run(["predict", model, data, "-o", out, "--overwrite"])[0] == 0
+    m = streamclust.load_model(model)
+    with pytest.raises(streamclust.StreamclustError, match="exists; not overwritten"):
+        m.save(model)
