@@ -45,6 +45,10 @@ class Param:
             value = float(value)
         if not isinstance(value, self.type) or (self.type is int and isinstance(value, bool)):
             raise ParameterError(f"parameter '{name}' must be {self.type.__name__}, got {value!r}")
+        if self.type is float and not np.isfinite(value):
+            raise ParameterError(f"parameter '{name}' must be a finite number, got {value!r}")
+        if self.type is int and not -2**63 <= value < 2**63:
+            raise ParameterError(f"parameter '{name}' must fit in 64 bits, got {value!r}")
         if self.choices is not None and value not in self.choices:
             raise ParameterError(f"parameter '{name}' must be one of {list(self.choices)}, got {value!r}")
         if self.check is not None and not self.check[0](value):
@@ -125,8 +129,8 @@ class Algorithm:
             n_clusters = 0
         elif isinstance(n_clusters, bool) or not isinstance(n_clusters, (int, np.integer)) or n_clusters < 1:
             raise ParameterError(f"n_clusters must be a positive integer, got {n_clusters!r}")
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise ParameterError(f"seed must be a non-negative integer, got {seed!r}")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**63:
+            raise ParameterError(f"seed must be an integer in [0, 2**63), got {seed!r}")
         unknown = sorted(set(hyper) - set(self.params))
         if unknown:
             raise ParameterError(f"unknown parameter(s) {unknown} for algorithm '{self.name}'; "

@@ -66,7 +66,7 @@ def main(ctx, verbose):
 @click.option("--scheduler", default=None, metavar="ADDRESS",
               help="Run the passes on a dask.distributed cluster (tcp://host:8786), or 'local' to "
                    "start a LocalCluster; the --work-dir must be reachable by every worker.")
-@click.option("--workers", type=int, default=None, help="Workers of --scheduler local (default 2).")
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Workers of --scheduler local (default 2).")
 @click.option("--resume", is_flag=True,
               help="Continue the run whose checkpoint is in --work-dir (written after every epoch).")
 @click.option("--out", "-o", required=True, help="Model directory to write.")
@@ -148,7 +148,7 @@ def evaluate(model_dir, data, labels, batch_size):
 @click.option("--scheduler", default=None, metavar="ADDRESS",
               help="Build and query the shards on a dask.distributed cluster (or 'local'); --out "
                    "must be reachable by every worker.")
-@click.option("--workers", type=int, default=None, help="Workers of --scheduler local (default 2).")
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Workers of --scheduler local (default 2).")
 def graph(data, neighbors, features, out, shard_rows, ef, m, batch_size, scheduler, workers):
     """Build the kNN graph of DATA (ids N×k int64, distances N×k float32) into --out."""
     import os

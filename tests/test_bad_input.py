@@ -253,3 +253,18 @@ def test_outputs_never_replace_inputs_or_existing_results(tmp_path):
     m = streamclust.load_model(model)
     with pytest.raises(streamclust.StreamclustError, match="exists; not overwritten"):
         m.save(model)
+
+
+def test_huge_numbers_and_worker_counts_are_named(tmp_path):
+    """A seed beyond 64 bits, an infinite float parameter and --workers -1: one-line errors
+    naming them, before any pass (the issue saw a numba TypingError, an OverflowError and a
+    30-s wait with a traceback)."""
+    data = str(tmp_path / "d.parquet")
+    pq.write_table(pa.table({"a": np.arange(50.0), "b": np.arange(50.0)}), data)
+    out = str(tmp_path / "m")
+    for args, what in ((["--seed", str(2 ** 70)], "seed"),
+                       (["--set", "tol=1e400"], "parameter 'tol' must be a finite number"),
+                       (["--scheduler", "local", "--workers", "-1"], "--workers")):
+        code, text = run(["fit", data, "-k", "2", "-q", "-o", out, *args])
+        assert code != 0 and what in text and "Traceback" not in text, text
+        assert not os.path.exists(out)
