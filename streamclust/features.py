@@ -43,6 +43,10 @@ class FeatureSpec:
 def resolve_features(schema: pa.Schema, features, origin: str, exclude=()) -> FeatureSpec:
     """Choose the feature columns from ``features`` (None, a name or a list of names)."""
     names = schema.names
+    dups = sorted({n for n in names if names.count(n) > 1})
+    if dups:
+        raise DataError(f"{origin}: column name(s) {', '.join(repr(d) for d in dups)} appear more "
+                        f"than once; rename them (a column must be named unambiguously)")
     if features is None:
         lists = [f.name for f in schema if is_list_type(f.type)]
         if len(lists) == 1:

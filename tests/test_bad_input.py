@@ -268,3 +268,22 @@ def test_huge_numbers_and_worker_counts_are_named(tmp_path):
         code, text = run(["fit", data, "-k", "2", "-q", "-o", out, *args])
         assert code != 0 and what in text and "Traceback" not in text, text
         assert not os.path.exists(out)
+
+
+def test_degenerate_data_gives_results_or_named_errors(tmp_path):
+    """Rows all equal (the coreset's importance weights have no spread), a single row with k = 1,
+    ISM's automatic σ of 0, and a file with a duplicated column name: a result or a DataError,
+    never a TypeError / ZeroDivisionError / KeyError (the issue's raw errors)."""
+    import streamclust
+    same = np.ones((100, 3))
+    m = streamclust.fit(same, "dgmm", 2, coreset_size=50, progress=False)
+    assert np.isfinite(m.algorithm_.state()["means"]).all()
+    assert (m.predict(same) == m.predict(same[:1])[0]).all()  # one point: one label
+    one = streamclust.fit(np.ones((1, 3)), "dgmm", 1, coreset_size=0, progress=False)
+    assert one.predict(np.ones((1, 3)))[0] == 0
+    with pytest.raises(streamclust.DataError, match="median distance .* is 0.*sigma"):
+        streamclust.fit(same, "ism", 2, progress=False)
+    t = pa.Table.from_arrays([pa.array([1.0, 2, 3]), pa.array([1.0, 2, 3])], names=["a", "a"])
+    pq.write_table(t, tmp_path / "dup.parquet")
+    code, text = run(["fit", str(tmp_path / "dup.parquet"), "-k", "2", "-q", "-o", str(tmp_path / "m")])
+    assert code == 1 and "column name(s) 'a' appear more than once" in text, text

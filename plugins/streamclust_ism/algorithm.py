@@ -143,7 +143,7 @@ class ISM(Algorithm):
         self._load_sample(ctx)
         n, d = self._X.shape
         # spectral embedding of the data (W = I) and the automatic λ
-        sigma0 = sp.median_distance(self._X) if not h["sigma"] else h["sigma"]
+        sigma0 = self._auto_sigma(self._X, 1.0) if not h["sigma"] else h["sigma"]
         Kt, _ = sp.normalized_kernel(self._X, sigma0)
         U, _ = sp.embedding(Kt, c)
         self.U_ = U  # the start of the first U-step in the subspace
@@ -199,8 +199,16 @@ class ISM(Algorithm):
         """New subspace: choose σ for it, then the U-step there."""
         self.W_ = np.ascontiguousarray(W)
         P = self._X @ self.W_
-        self.sigma_ = self.hyper["sigma"] or self.hyper["sigma_scale"] * sp.median_distance(P)
+        self.sigma_ = self.hyper["sigma"] or self._auto_sigma(P, self.hyper["sigma_scale"])
         self._ustep()
+
+    @staticmethod
+    def _auto_sigma(P, scale):
+        med = sp.median_distance(P)
+        if not med > 0:
+            raise DataError("ism: the median distance between the sampled rows is 0 (are the rows "
+                            "identical?), so the automatic kernel width is 0: pass sigma=…")
+        return scale * med
 
     def _ustep(self, kernel_ready=False):
         if not kernel_ready:

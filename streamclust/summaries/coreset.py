@@ -67,7 +67,8 @@ def sample_step(batch, _state, params):
         return {}
     d2 = np.empty(len(batch.X), dtype=np.float64)
     sqdist_rows(batch.X, center, d2)
-    q = 0.5 / n_total + (0.5 * d2 / total_d2 if total_d2 > 0 else 0.5 / n_total)
+    # every row at the mean (total_d2 = 0): q is uniform
+    q = 0.5 / n_total + (0.5 * d2 / total_d2 if total_d2 > 0 else np.full(len(d2), 0.5 / n_total))
     cum = np.cumsum(q)
     # rescale so that the batch's own running sum ends exactly at its planned mass
     cum *= mass / cum[-1]
