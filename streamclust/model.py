@@ -113,7 +113,8 @@ class Model:
         return {"rows": rows, "skipped": skipped, "out": out}
 
     def evaluate(self, data, labels: str, batch_size: int = 65536, on_invalid: str = "error") -> dict:
-        """Stream ``data``; NMI and ACC against column ``labels``; Q for centroid models."""
+        """Stream ``data``; NMI and ACC against column ``labels``; Q for centroid models.  Null
+        and NaN labels count as ``unlabeled`` and stay out of the scores."""
         d = self._open(data, on_invalid)
         if labels not in d.source.schema.names:
             raise DataError(f"{d.source.name}: missing label column '{labels}'")
@@ -128,8 +129,10 @@ class Model:
             if b.kept is not None:
                 truth = truth.filter(pa.array(b.kept))
             valid = np.asarray(truth.is_valid().to_numpy(zero_copy_only=False))
+            if pa.types.is_floating(truth.type):  # NaN is no class (NaN != NaN made one per row)
+                valid &= ~np.isnan(truth.fill_null(0).to_numpy(zero_copy_only=False))
             unlabeled += int((~valid).sum())
-            table.add(truth.drop_null().to_numpy(zero_copy_only=False), pred[valid])
+            table.add(truth.filter(pa.array(valid)).to_numpy(zero_copy_only=False), pred[valid])
             if centers is not None:
                 q += float(nearest_center(b.X, centers)[1].sum())
             rows += len(pred)

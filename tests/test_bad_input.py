@@ -287,3 +287,23 @@ def test_degenerate_data_gives_results_or_named_errors(tmp_path):
     pq.write_table(t, tmp_path / "dup.parquet")
     code, text = run(["fit", str(tmp_path / "dup.parquet"), "-k", "2", "-q", "-o", str(tmp_path / "m")])
     assert code == 1 and "column name(s) 'a' appear more than once" in text, text
+
+
+def test_nan_labels_are_unlabeled_whatever_the_batch_size(tmp_path):
+    """evaluate: NaN float labels are unlabeled rows (they made one class per NaN, so NMI moved
+    with --batch-size); the scores equal those computed on the labelled rows alone."""
+    import streamclust
+    from sklearn.metrics import normalized_mutual_info_score
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(0, 1, (150, 2)), rng.normal(6, 1, (150, 2))])
+    y = np.repeat([0.0, 1.0], 150)
+    y[rng.choice(300, 40, replace=False)] = np.nan
+    path = str(tmp_path / "d.parquet")
+    pq.write_table(pa.table({"a": X[:, 0], "b": X[:, 1], "y": y}), path)
+    m = streamclust.fit(path, "dgmm", 3, features=["a", "b"], seed=0, progress=False)
+    ok = ~np.isnan(y)
+    want = normalized_mutual_info_score(y[ok], m.predict(X)[ok])
+    for bs in (300, 7):
+        r = m.evaluate(path, labels="y", batch_size=bs)
+        assert r["unlabeled"] == 40 and r["n_classes"] == 2
+        assert abs(r["nmi"] - want) < 1e-9
