@@ -40,8 +40,17 @@ class Source:
 
 
 def _expand(path: str, exts) -> list[str]:
+    """The files of ``path``: the file itself (also when its name has glob characters, such as
+    ``run[1].parquet``), a directory's data files, or a glob's matches, each real file once (a
+    symlink loop under a recursive glob repeats files under ever longer paths)."""
+    if os.path.isfile(path):
+        return [path]
     if any(ch in path for ch in "*?["):
-        files = sorted(p for p in glob.glob(path, recursive=True) if os.path.isfile(p))
+        seen = {}
+        for p in sorted(glob.glob(path, recursive=True)):
+            if os.path.isfile(p):
+                seen.setdefault(os.path.realpath(p), p)
+        files = sorted(seen.values())
     elif os.path.isdir(path):
         files = sorted(os.path.join(root, f) for root, _, names in os.walk(path) for f in names
                        if f.lower().endswith(exts) and not f.startswith((".", "_")))
@@ -275,7 +284,10 @@ def _make_source(data) -> tuple[Source, object]:
         if os.path.isdir(path):
             has_ipc = any(f.lower().endswith(IPC_EXT) for _, _, fs in os.walk(path) for f in fs)
             has_pq = any(f.lower().endswith(PARQUET_EXT) for _, _, fs in os.walk(path) for f in fs)
-            return (IPCSource(path) if has_ipc and not has_pq else ParquetSource(path)), None
+            if has_ipc and has_pq:
+                raise DataError(f"{path}: holds both Parquet and Arrow IPC files; point at one kind "
+                                f"(a glob such as {os.path.join(path, '*.parquet')})")
+            return (IPCSource(path) if has_ipc else ParquetSource(path)), None
         if probe.lower().endswith(IPC_EXT):
             return IPCSource(path), None
         return ParquetSource(path), None

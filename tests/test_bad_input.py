@@ -307,3 +307,28 @@ def test_nan_labels_are_unlabeled_whatever_the_batch_size(tmp_path):
         r = m.evaluate(path, labels="y", batch_size=bs)
         assert r["unlabeled"] == 40 and r["n_classes"] == 2
         assert abs(r["nmi"] - want) < 1e-9
+
+
+def test_input_sets_are_what_was_named(tmp_path):
+    """A file named run[1].parquet is that file, not a glob matching run1.parquet; a recursive
+    glob through a symlink loop counts each file once; a directory mixing Parquet and Arrow IPC
+    files is refused instead of silently dropping the IPC ones."""
+    import pyarrow.feather as feather
+    import streamclust
+    from streamclust.sources import open_data
+    pq.write_table(pa.table({"a": np.arange(5.0)}), tmp_path / "run[1].parquet")
+    pq.write_table(pa.table({"a": np.arange(7.0)}), tmp_path / "run1.parquet")
+    d = open_data(str(tmp_path / "run[1].parquet"), features=["a"])
+    assert [os.path.basename(f) for f in d.source.files] == ["run[1].parquet"]
+    loop = tmp_path / "tree"
+    loop.mkdir()
+    pq.write_table(pa.table({"a": np.arange(3.0)}), loop / "x.parquet")
+    os.symlink(loop, loop / "again")
+    d = open_data(str(loop / "**" / "*.parquet"), features=["a"])
+    assert len(d.source.files) == 1
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    pq.write_table(pa.table({"a": np.arange(3.0)}), mixed / "p.parquet")
+    feather.write_feather(pa.table({"a": np.arange(3.0)}), mixed / "q.arrow")
+    with pytest.raises(streamclust.DataError, match="both Parquet and Arrow IPC"):
+        streamclust.fit(str(mixed), "dgmm", 1, progress=False)
