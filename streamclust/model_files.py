@@ -131,6 +131,10 @@ def load_model(path: str, host=None):
         cls = host.algorithm(name)
     except StreamclustError as e:
         raise ModelError(f"{path}: {e}") from None
+    if str(meta.get("algorithm_version")) != str(cls.version):
+        raise ModelError(f"{mj}: written by version {meta.get('algorithm_version')!r} of algorithm "
+                         f"'{name}', but the installed one is version {cls.version!r}; refit or "
+                         f"install the version that wrote it")
     state = dict(meta.get("state") or {}, **arrays)
     try:
         algo = cls.from_state(params, state)

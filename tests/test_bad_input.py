@@ -332,3 +332,21 @@ def test_input_sets_are_what_was_named(tmp_path):
     feather.write_feather(pa.table({"a": np.arange(3.0)}), mixed / "q.arrow")
     with pytest.raises(streamclust.DataError, match="both Parquet and Arrow IPC"):
         streamclust.fit(str(mixed), "dgmm", 1, progress=False)
+
+
+def test_model_of_another_algorithm_version_is_refused(tmp_path):
+    """model.json's algorithm_version edited to "99" (the issue saw it load): ModelError naming
+    both versions."""
+    import streamclust
+    X = np.random.default_rng(0).normal(size=(60, 2))
+    m = streamclust.fit(X, "dgmm", 2, progress=False)
+    path = m.save(str(tmp_path / "model"))
+    mj = os.path.join(path, "model.json")
+    with open(mj) as f:
+        meta = json.load(f)
+    assert streamclust.load_model(path).algorithm_.version == meta["algorithm_version"]
+    meta["algorithm_version"] = "99"
+    with open(mj, "w") as f:
+        json.dump(meta, f)
+    with pytest.raises(streamclust.ModelError, match="version '99'.*installed one is version"):
+        streamclust.load_model(path)
