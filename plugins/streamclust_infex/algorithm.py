@@ -135,13 +135,12 @@ class INFEX(Algorithm):
         init = h["init"]
         if init == "auto":
             init = "rows" if h["objective"] == "loglik" and h["kernel"] != "gaussian" else "empty"
+        self._round, self._certified, self._delta, self._solved = 0, False, np.inf, False
+        self._objs, self.shift_steps_ = [], 0  # ρ (or the objective) per round; the last climb's steps
         if init == "rows":
             self._Z = self._X.astype(np.float64)
         else:  # the paper's α = −1/N: the first candidates are the modes of the weighted rows
-            added, _ = self._price(ctx, np.log(self._w / self._w.sum()), 0.0)
-            self._Z = added
-        self._round, self._certified, self._delta = 0, False, np.inf
-        self._solved = False
+            self._Z, _ = self._price(ctx, np.log(self._w / self._w.sum()), 0.0)
 
     def _price(self, ctx, log_eta, threshold, steer=None):
         """The candidates with reduced cost > ε (distinct, new), and the largest reduced cost.
@@ -154,7 +153,7 @@ class INFEX(Algorithm):
         else:
             n = len(X)
             rows = (np.arange(n) if n <= h["starts"] else
-                    np.sort(ctx.rng(0x57A7, self._round_no()).choice(n, h["starts"], replace=False)))
+                    np.sort(ctx.rng(0x57A7, self._round).choice(n, h["starts"], replace=False)))
             Z = self._climb(X, climb, X[self._starts(rows, climb)].astype(np.float64))
             if steer is not None:  # and the certificate's own climb
                 Z = np.vstack([Z, self._climb(X, log_eta, X[self._starts(rows, log_eta)]
@@ -178,15 +177,14 @@ class INFEX(Algorithm):
             cand = both[keep[keep >= len(self._Z)]]
         return cand, best
 
-    def _steer(self, sol):
+    def _steer(self, sol, L):
         """KVQ: HiGHS returns a vertex of the dual, often one row of the many with the lowest
         response (all uncovered rows while ρ = 0), and pricing against it adds one disc per
         round.  The climb also weighs every tight row alike: ½ μ + ½ uniform over the rows
         with (Kq)_i ≤ ρ* + 1e-9 (the support of every optimal μ), which an interior-point
         dual would approach; while ρ* = 0, over the rows no column reaches (usps 1100,
-        h = 1400: ρ* 0.0076 after 100 rounds → 0.0102 after 10)."""
-        L = np.empty((len(self._X), len(self._Z)))
-        kn.log_responses(self._X, self._Z, self.kernel_, L)
+        h = 1400: ρ* 0.0076 after 100 rounds → 0.0102 by round 6).  ``L``: the master's
+        log-responses."""
         K = np.where(np.isfinite(L), np.exp(np.minimum(L, 0.0)), 0.0)
         if sol.objective <= 0.0 and (K.max(axis=1) <= 0.0).any():
             # ρ = 0 while some row has no column at all: any q is optimal and the LP's q leaves
@@ -202,9 +200,6 @@ class INFEX(Algorithm):
     def _starts(self, rows, log_w):
         """Finite-support kernels: only rows with weight can start (elsewhere nothing moves)."""
         return rows[log_w[rows] > -np.inf] if self.kernel_.kind != kn.GAUSSIAN else rows
-
-    def _round_no(self):
-        return getattr(self, "_round", 0)
 
     def _climb(self, X, log_eta, Z):
         h, kern = self.hyper, self.kernel_
@@ -226,31 +221,32 @@ class INFEX(Algorithm):
         return walk.Z[live]
 
     def _solve(self, ctx):
+        """The master over the current columns, and their log-responses on the master rows."""
         h = self.hyper
         L = np.empty((len(self._X), len(self._Z)))
         kn.log_responses(self._X, self._Z, self.kernel_, L)
         if h["objective"] == "kvq":
-            return ms.solve_kvq(L)
+            return ms.solve_kvq(L), L
         try:
-            return ms.solve_loglik(L, self._w, gap_tol=h["gap"])
+            return ms.solve_loglik(L, self._w, gap_tol=h["gap"]), L
         except FloatingPointError as e:
             raise ParameterError(f"infex: the master's {e}; use init=rows or a larger "
                                  f"bandwidth (h = {self.kernel_.h:.6g})") from None
 
     def run_epoch(self, ctx):
         h = self.hyper
-        sol = self._solve(ctx)
+        sol, L = self._solve(ctx)
         keep = sol.q > 1e-12 * sol.q.max()
         steer = None
         if h["objective"] == "kvq":
             keep[:] = True  # dropping zero columns made the degenerate LP (ρ = 0) cycle
-            steer = self._steer(sol)
+            steer = self._steer(sol, L)
         self._Z, self._q = self._Z[keep], sol.q[keep] / sol.q[keep].sum()
         self._sol = sol
         added, best = self._price(ctx, sol.log_dual, sol.threshold, steer)
         self._delta = best
         self._round += 1
-        self._objs = getattr(self, "_objs", []) + [sol.objective]
+        self._objs.append(sol.objective)
         self._certified = best <= h["epsilon"]
         if self._certified and steer is not None and len(added):
             # KVQ: the certificate's climb (the Epanechnikov stand-in for the disc) can miss
@@ -266,13 +262,13 @@ class INFEX(Algorithm):
             self._q = np.concatenate([self._q, np.zeros(len(added))])
         extras = {"gap": sol.gap, "added": int(len(added)), "exemplars": int(keep.sum()),
                   "max_reduced_cost": best, "master_iterations": sol.iterations,
-                  "shift_steps": getattr(self, "shift_steps_", 0), "bandwidth": self.kernel_.h}
+                  "shift_steps": self.shift_steps_, "bandwidth": self.kernel_.h}
         return EpochReport(objective=sol.objective, rows=len(self._X), converged=self._certified,
                            extras=extras)
 
     def checkpoint(self) -> dict:
         return {"Z": self._Z, "q": self._q, "bandwidth": self.kernel_.h, "round": self._round,
-                "objs": np.asarray(getattr(self, "_objs", []), np.float64),
+                "objs": np.asarray(self._objs, np.float64),
                 "certified": self._certified, "delta": self._delta, "solved": self._solved}
 
     def restore(self, ctx, state: dict) -> None:
@@ -282,10 +278,11 @@ class INFEX(Algorithm):
         self._round, self._certified = int(state["round"]), bool(state["certified"])
         self._delta, self._solved = float(state["delta"]), False
         self._objs = [float(v) for v in np.asarray(state["objs"])]
+        self.shift_steps_ = 0
 
     def finish(self, ctx):
         if not self._solved:  # the last round added columns: solve the master once more
-            sol = self._solve(ctx)
+            sol, _ = self._solve(ctx)
             keep = sol.q > 1e-12 * sol.q.max()
             self._Z, self._q, self._sol = self._Z[keep], sol.q[keep] / sol.q[keep].sum(), sol
         used = self._q > 1e-9  # the model keeps the exemplars with weight > 0 (LP noise: < 1e-10)

@@ -18,7 +18,8 @@ Net = namedtuple("Net", "W1 b1 W2 b2")
 Scale = namedtuple("Scale", "mean inv_std")
 #: SGD settings of one epoch: ``mode`` 0 two clusters (sign), 1 MAX, 2 ALL; ``soft`` balancing;
 #: ``lr`` this epoch's rate; ``eta_pos`` / ``eta_neg`` the weights of the neighbour and the
-#: random-pair steps; ``xi`` the hard balance's slack; ``rounds`` neighbour rounds per row;
+#: random-pair steps; ``xi`` the slack of the hard or capped balance (``soft``: 0 hard, 1 soft,
+#: 2 capped); ``rounds`` neighbour rounds per row;
 #: ``seed`` / ``epoch`` the random streams; ``n_clusters``; ``l2`` the weight decay per row
 #: (× lr); ``cs``: the multiclass hinge of Crammer & Singer instead of one-vs-rest
 Config = namedtuple("Config", "mode soft lr eta_pos eta_neg xi rounds seed epoch n_clusters l2 cs redirect")
