@@ -95,8 +95,10 @@ def test_sigkill_at_random_points_then_resume_equals_an_uninterrupted_run(tmp_pa
         p.wait()
         if os.path.exists(out):  # finished before the kill: the model must be complete
             streamclust.load_model(out)
-        r = subprocess.run(_cli(*args, "--work-dir", work, "--out", out, "--resume"), env=env,
-                           capture_output=True, text=True)
+        # --overwrite: the kill may have come after the model was written (an existing --out
+        # is refused without it, also on --resume)
+        r = subprocess.run(_cli(*args, "--work-dir", work, "--out", out, "--resume", "--overwrite"),
+                           env=env, capture_output=True, text=True)
         assert r.returncode == 0, r.stderr[-2000:]
         m = streamclust.load_model(out)
         np.testing.assert_allclose(m.means_, ref.means_, rtol=1e-6, err_msg=f"trial {trial}")
