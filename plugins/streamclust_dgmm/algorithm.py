@@ -35,8 +35,8 @@ from streamclust import Algorithm, Assignment, EpochReport, Param, Requirements
 from streamclust.toolkit import (NON_NEGATIVE, POSITIVE, ParameterError, afkmc2, afkmc2_stream,
                                  afkmc2_trials, at_least, kmeanspp, nearest_center, weights_of)
 
-from .kernels import Accum, EStepConfig, GMMParams, SimRows, estep, posterior
-from .similarity import PairSums, dense_to_rows, pairs_to_rows
+from .kernels import Accum, EStepConfig, GMMParams, estep, posterior
+from .similarity import PairSums, dense_to_rows, pairs_to_rows, sim_rows
 
 DENSE_S_MAX = 2048
 
@@ -57,7 +57,11 @@ def estep_step(batch, state, params):
                 np.zeros(0 if cfg.dense else n * npairs))
     if n:
         estep(batch.X, weights_of(batch), K, prm, sim, cfg._replace(row_start=batch.start), acc)
-    S = acc.S.sum(axis=0) if cfg.dense else PairSums.from_pairs(acc.pair_key, acc.pair_val)
+    if cfg.dense:
+        S = acc.S.sum(axis=0)
+        S += S.T  # the kernel fills the upper triangle
+    else:
+        S = PairSums.from_pairs(acc.pair_key, acc.pair_val)
     return acc.sum_qy.sum(axis=0), acc.sum_q.sum(axis=0), acc.scal.sum(axis=0), S
 
 
@@ -133,7 +137,7 @@ class DGMM(Algorithm):
         self.means_ = np.ascontiguousarray(means, dtype=np.float64)
         self.sigma2_ = var if var > 0 else 1.0
         self._sigma2_floor = 1e-12 * self.sigma2_
-        self.sim_ = SimRows(np.zeros(M + 1, np.int64), np.zeros(0, np.int32), np.zeros(0))
+        self.sim_ = sim_rows(np.zeros(M + 1, np.int64), np.zeros(0, np.int32), np.zeros(0))
         n_view = self._view.n_rows if self._view is not None else ctx.n_rows
         self._K = ctx.row_state("dgmm_K", (n_view, self.H_), np.int32, fill=-1)
         if near is not None:  # the greedy seeding knows each coreset row's nearest seed
@@ -179,9 +183,7 @@ class DGMM(Algorithm):
         self.sigma2_ = float(state["sigma2"])
         self._sigma2_floor = float(state["sigma2_floor"])
         self.free_energy_ = state["free_energy"]
-        self.sim_ = SimRows(np.asarray(state["sim_indptr"], np.int64),
-                            np.asarray(state["sim_indices"], np.int32),
-                            np.asarray(state["sim_weights"], np.float64))
+        self.sim_ = sim_rows(state["sim_indptr"], state["sim_indices"], state["sim_weights"])
         # the coreset is a function of the seed and the data: rebuilt, not stored
         self._view = ctx.coreset(h["coreset_size"]) if h["coreset_size"] else None
         self._K = ctx.row_state("dgmm_K", (int(state["K_rows"]), self.H_), np.int32, existing=True)

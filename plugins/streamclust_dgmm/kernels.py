@@ -5,15 +5,37 @@ from collections import namedtuple
 import numba as nb
 import numpy as np
 
-from streamclust.toolkit import rng_below, rng_init, rng_uniform, sqdist
+from streamclust.toolkit import rng_below, rng_init, rng_uniform
+
+
+@nb.njit(cache=True, fastmath={"reassoc", "contract"})
+def sqdist(x, c):
+    """``||x − c||²`` in float64, the sum reassociated so that it vectorises (3× the strict
+    loop; the last bits depend on the CPU's vector width)."""
+    s = 0.0
+    for j in range(x.shape[0]):
+        t = np.float64(x[j]) - c[j]
+        s += t * t
+    return s
+
 
 #: H, R, seed, epoch, first global row id of the batch, dense S (1) or pair lists (0), hard
 #: posteriors (the σ² → 0 limit: all mass on the nearest candidate)
 EStepConfig = namedtuple("EStepConfig", "H R seed epoch row_start dense hard")
+#: posteriors below e^-TINY_LOG (~1e-150) relative to the row's largest are 0: their products
+#: in S would be subnormal numbers, whose arithmetic is ~100x slower (KDD epochs: 3x slower)
+TINY_LOG = 345.0
+#: draws from a whole row of S before a candidate draw switches to the exact draw without K(n)
+REJECT_TRIES = 4
 #: means (M × D float64) and sigma² (float)
 GMMParams = namedtuple("GMMParams", "means sigma2")
-#: the sampling rows of S in CSR form (indptr, indices int32, weights float64)
-SimRows = namedtuple("SimRows", "indptr indices weights")
+#: the sampling rows of S in CSR form: indptr, indices (int32, sorted within each row), weights
+#: (float64), cum (the running sum of the weights within each row: exact draws in O(log nnz)),
+#: table (nnz × 2 int64: Walker's alias table of each row, one 16-byte entry per position so that
+#: an O(1) draw reads one cache line: the threshold ⌊prob · 2^53⌋, and the position's cluster in
+#: the low 32 bits with its alias cluster in the high 32 bits of the second word)
+SimRows = namedtuple("SimRows", "indptr indices weights cum table")
+_TWO53 = 9007199254740992.0
 #: per-thread accumulators: Σ w q y (T × M × D), Σ w q (T × M), scalars (T × 4: Σ w, Σ w q d,
 #: Σ w logsumexp, distance evaluations), dense S (T × M × M) and pair lists for sparse S
 Accum = namedtuple("Accum", "sum_qy sum_q scal S pair_key pair_val")
@@ -27,7 +49,7 @@ def _contains(arr, n, v):
     return False
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, inline="always")
 def _draw_uniform(s, M, cand, nc):
     # rejection first, then the r-th free cluster by a scan (always terminates)
     for _ in range(32):
@@ -43,7 +65,7 @@ def _draw_uniform(s, M, cand, nc):
     return s, -1
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, inline="always")
 def _draw_from_row(s, sim, row, cand, nc):
     """A cluster ∉ cand drawn with p ∝ S[row, c]; -1 when the row has no such mass."""
     lo, hi = sim.indptr[row], sim.indptr[row + 1]
@@ -66,8 +88,169 @@ def _draw_from_row(s, sim, row, cand, nc):
     return s, last
 
 
+@nb.njit(cache=True, inline="always")
+def _find(indices, lo, hi, c):
+    """Position of ``c`` in the sorted ``indices[lo:hi]``, -1 when absent."""
+    a, b = lo, hi
+    while a < b:
+        m = (a + b) >> 1
+        if indices[m] < c:
+            a = m + 1
+        else:
+            b = m
+    return a if a < hi and indices[a] == c else -1
+
+
+@nb.njit(cache=True, inline="always")
+def _exclude(sim, lo, hi, c, ex_s, ex_w, ne):
+    """Add the weight interval of cluster ``c`` in the row to the excluded intervals (kept sorted
+    by start); returns their new count and the weight added (0 when ``c`` is not in the row)."""
+    p = _find(sim.indices, lo, hi, c)
+    if p < 0:
+        return ne, 0.0
+    start = sim.cum[p - 1] if p > lo else 0.0
+    k = ne
+    while k > 0 and ex_s[k - 1] > start:
+        ex_s[k] = ex_s[k - 1]
+        ex_w[k] = ex_w[k - 1]
+        k -= 1
+    ex_s[k] = start
+    ex_w[k] = sim.cum[p] - start
+    return ne + 1, ex_w[k]
+
+
+@nb.njit(cache=True, inline="always")
+def _search(cum, lo, hi, u):
+    """The first position p in [lo, hi) with ``cum[p] > u`` (hi - 1 when none)."""
+    a, b = lo, hi - 1
+    while a < b:
+        m = (a + b) >> 1
+        if cum[m] > u:
+            b = m
+        else:
+            a = m + 1
+    return a
+
+
+@nb.njit(cache=True, inline="always")
+def _draw_cum(s, sim, lo, hi, free, ex_s, ex_w, ne):
+    """The entry of the row at ``u · free`` on the cumulative weights with the excluded intervals
+    skipped: the same entry as :func:`_draw_from_row` for the same ``u``, in O(ne + log nnz)."""
+    s, u = rng_uniform(s)
+    u *= free
+    for k in range(ne):
+        if u >= ex_s[k]:
+            u += ex_w[k]
+        else:
+            break
+    return s, sim.indices[_search(sim.cum, lo, hi, u)]
+
+
+@nb.njit(cache=True, inline="always")
+def _alias_pick(sim, lo, hi, u):
+    """The cluster drawn from the row's alias table by one uniform ``u``."""
+    x = u * (hi - lo)
+    j = min(np.int64(x), hi - lo - 1)
+    word = sim.table[lo + j, 1]
+    if np.int64((x - j) * _TWO53) < sim.table[lo + j, 0]:
+        return word & 0xFFFFFFFF
+    return word >> 32
+
+
 @nb.njit(cache=True)
-def _row(i, t, X, w, K, prm, sim, cfg, acc, cand, dist, e):
+def build_alias(indptr, indices, weights, cum, table):
+    """The running sums (restarted at every row) into ``cum`` and Walker's alias tables of every
+    CSR row (Vose's construction) into ``table``."""
+    prob = np.empty(weights.shape[0])
+    alias = np.empty(weights.shape[0], np.int64)
+    width = 0
+    for r in range(indptr.shape[0] - 1):
+        width = max(width, indptr[r + 1] - indptr[r])
+    small = np.empty(width, np.int64)
+    large = np.empty(width, np.int64)
+    for r in range(indptr.shape[0] - 1):
+        lo, n = indptr[r], indptr[r + 1] - indptr[r]
+        tot = 0.0
+        for k in range(n):
+            tot += weights[lo + k]
+            cum[lo + k] = tot
+        ns = nl = 0
+        for k in range(n):
+            prob[lo + k] = weights[lo + k] * n / tot if tot > 0 else 1.0
+            alias[lo + k] = k
+            if prob[lo + k] < 1.0:
+                small[ns] = k
+                ns += 1
+            else:
+                large[nl] = k
+                nl += 1
+        while ns > 0 and nl > 0:
+            ns -= 1
+            nl -= 1
+            sm, lg = small[ns], large[nl]
+            alias[lo + sm] = lg
+            prob[lo + lg] += prob[lo + sm] - 1.0
+            if prob[lo + lg] < 1.0:
+                small[ns] = lg
+                ns += 1
+            else:
+                large[nl] = lg
+                nl += 1
+        for k in range(nl):  # left over by rounding: certain
+            prob[lo + large[k]] = 1.0
+        for k in range(ns):
+            prob[lo + small[k]] = 1.0
+        for k in range(n):
+            table[lo + k, 0] = np.int64(prob[lo + k] * _TWO53)
+            table[lo + k, 1] = np.int64(indices[lo + k]) | (np.int64(indices[lo + alias[lo + k]]) << 32)
+
+
+@nb.njit(cache=True, inline="always")
+def draw_candidates(s, sim, cand, nc, R, M, ex_s, ex_w):
+    """Append R distinct clusters ∉ ``cand[:nc]`` to ``cand``, drawn with p ∝ S[cand[0], c] (the
+    row's mass outside ``cand``), uniformly once the row has none; returns (s, nc + R).
+
+    Each draw first tries ``REJECT_TRIES`` draws from the whole row (one binary search on the
+    running sums each), rejecting clusters already in ``cand``; when all are rejected it draws
+    exactly from the row with the mass of ``cand`` cut out (the excluded intervals are found
+    once per row, by binary search).  Both give the same distribution, so the mixture does."""
+    row = cand[0]
+    lo, hi = sim.indptr[row], sim.indptr[row + 1]
+    total = sim.cum[hi - 1] if hi > lo else 0.0
+    ne = -1  # excluded intervals not computed yet
+    taken = 0.0
+    for _ in range(R):
+        c = -1
+        if total > 0.0 and ne < 0:
+            for _t in range(REJECT_TRIES):
+                s, u = rng_uniform(s)
+                c = _alias_pick(sim, lo, hi, u)
+                if not _contains(cand, nc, c):
+                    break
+                c = -1
+            if c < 0:  # the exact draw from now on in this row
+                ne = 0
+                for a in range(nc):
+                    ne, wa = _exclude(sim, lo, hi, cand[a], ex_s, ex_w, ne)
+                    taken += wa
+        if c < 0 and ne >= 0 and total - taken > 1e-12 * total:
+            s, c = _draw_cum(s, sim, lo, hi, total - taken, ex_s, ex_w, ne)
+            if _contains(cand, nc, c):  # rounding at an interval's edge: the exact scan
+                s, c = _draw_from_row(s, sim, row, cand, nc)
+        if c < 0:
+            s, c = _draw_uniform(s, M, cand, nc)
+        if ne >= 0:
+            ne, wc = _exclude(sim, lo, hi, c, ex_s, ex_w, ne)
+            taken += wc
+        cand[nc] = c
+        nc += 1
+    return s, nc
+
+
+@nb.njit(cache=True, inline="always")
+def _row(i, t, X, w, K, prm, sim, cfg, out, buf):
+    cand, dist, e, ex_s, ex_w = buf
+    sum_qy, sum_q, S, pair_key, pair_val = out
     M = prm.means.shape[0]
     H, R = cfg.H, cfg.R
     s = rng_init(cfg.seed, cfg.epoch, cfg.row_start + i)
@@ -79,20 +262,18 @@ def _row(i, t, X, w, K, prm, sim, cfg, acc, cand, dist, e):
         s, c = _draw_uniform(s, M, cand, nc)
         cand[nc] = c
         nc += 1
-    cbar = cand[0]
-    for _ in range(R):
-        s, c = _draw_from_row(s, sim, cbar, cand, nc)
-        if c < 0:
-            s, c = _draw_uniform(s, M, cand, nc)
-        cand[nc] = c
-        nc += 1
+    s, nc = draw_candidates(s, sim, cand, nc, R, M, ex_s, ex_w)
     x = X[i]
+    # the H nearest of the nc candidates, sorted by distance (stable: the same as a stable sort
+    # of all nc, cut at H); K(n) comes sorted from the last epoch, so this is mostly compares
     for a in range(nc):
-        dist[a] = sqdist(x, prm.means[cand[a]])
-    # insertion sort by distance (stable: ties keep their order)
-    for a in range(1, nc):
-        dv, cv = dist[a], cand[a]
-        b = a - 1
+        dv, cv = sqdist(x, prm.means[cand[a]]), cand[a]
+        if a >= H:
+            if dv >= dist[H - 1]:
+                continue
+            b = H - 2
+        else:
+            b = a - 1
         while b >= 0 and dist[b] > dv:
             dist[b + 1] = dist[b]
             cand[b + 1] = cand[b]
@@ -104,36 +285,37 @@ def _row(i, t, X, w, K, prm, sim, cfg, acc, cand, dist, e):
     z = 0.0
     for h in range(H):
         K[i, h] = cand[h]
-        e[h] = (1.0 if h == 0 else 0.0) if cfg.hard else np.exp(-(dist[h] - dmin) * inv)
+        g = (dist[h] - dmin) * inv
+        e[h] = (1.0 if h == 0 else 0.0) if cfg.hard else (np.exp(-g) if g < TINY_LOG else 0.0)
         z += e[h]
     wi = w[i]
     qd = 0.0
     for h in range(H):
         q = e[h] / z
+        if q == 0.0:
+            continue
         c = cand[h]
         qd += q * dist[h]
         wq = wi * q
-        acc.sum_q[t, c] += wq
+        sum_q[t, c] += wq
         for j in range(x.shape[0]):
-            acc.sum_qy[t, c, j] += wq * x[j]
-    acc.scal[t, 0] += wi
-    acc.scal[t, 1] += wi * qd
-    if not cfg.hard:
-        acc.scal[t, 2] += wi * (-dmin * inv + np.log(z))
-    acc.scal[t, 3] += nc
+            sum_qy[t, c, j] += wq * x[j]
+    lse = 0.0 if cfg.hard else wi * (-dmin * inv + np.log(z))
     p = i * (H * (H - 1) // 2)
     for a in range(H):
         for b in range(a + 1, H):
             v = wi * e[a] * e[b]
             ca, cb = cand[a], cand[b]
-            if cfg.dense:
-                acc.S[t, ca, cb] += v
-                acc.S[t, cb, ca] += v
+            if cfg.dense:  # the upper triangle only (estep_step mirrors it); e falls with h
+                if v == 0.0:
+                    break
+                S[t, min(ca, cb), max(ca, cb)] += v
             else:
                 lo, hi = min(ca, cb), max(ca, cb)
-                acc.pair_key[p] = np.int64(lo) * M + hi
-                acc.pair_val[p] = v
+                pair_key[p] = np.int64(lo) * M + hi
+                pair_val[p] = v
                 p += 1
+    return wi, wi * qd, lse, nc
 
 
 @nb.njit(cache=True, parallel=True)
@@ -147,12 +329,26 @@ def estep(X, w, K, prm, sim, cfg, acc):
     T = acc.sum_q.shape[0]
     width = cfg.H + cfg.R
     chunk = (n + T - 1) // T
+    # the arrays are taken out of the namedtuple here: a write through ``acc.x[...]`` inside
+    # the prange body (inlined helpers included) is lost (seen with numba 0.68)
+    scal = acc.scal
+    out = (acc.sum_qy, acc.sum_q, acc.S, acc.pair_key, acc.pair_val)
     for t in nb.prange(T):
-        cand = np.empty(width, dtype=np.int32)
-        dist = np.empty(width, dtype=np.float64)
-        e = np.empty(cfg.H, dtype=np.float64)
+        buf = (np.empty(width, dtype=np.int32), np.empty(width, dtype=np.float64),
+               np.empty(cfg.H, dtype=np.float64), np.empty(width, dtype=np.float64),
+               np.empty(width, dtype=np.float64))
+        a0 = a1 = a2 = 0.0
+        a3 = 0
         for i in range(t * chunk, min(n, (t + 1) * chunk)):
-            _row(i, t, X, w, K, prm, sim, cfg, acc, cand, dist, e)
+            r0, r1, r2, r3 = _row(i, t, X, w, K, prm, sim, cfg, out, buf)
+            a0 += r0
+            a1 += r1
+            a2 += r2
+            a3 += r3
+        scal[t, 0] += a0
+        scal[t, 1] += a1
+        scal[t, 2] += a2
+        scal[t, 3] += a3
 
 
 @nb.njit(cache=True)

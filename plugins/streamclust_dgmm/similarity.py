@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kernels import SimRows
+from .kernels import SimRows, build_alias
 
 
 class PairSums:
@@ -30,7 +30,18 @@ def _csr(rows, cols, vals, M) -> SimRows:
     rows, cols, vals = rows[order], cols[order], vals[order]
     indptr = np.zeros(M + 1, np.int64)
     np.cumsum(np.bincount(rows, minlength=M), out=indptr[1:])
-    return SimRows(indptr, cols.astype(np.int32), vals.astype(np.float64))
+    return sim_rows(indptr, cols, vals)
+
+
+def sim_rows(indptr, indices, weights) -> SimRows:
+    """CSR rows of S (columns sorted within each row) with their running sums."""
+    indptr = np.asarray(indptr, np.int64)
+    weights = np.asarray(weights, np.float64)
+    cum = np.empty_like(weights)
+    indices = np.asarray(indices, np.int32)
+    table = np.empty((len(weights), 2), np.int64)
+    build_alias(indptr, indices, weights, cum, table)
+    return SimRows(indptr, indices, weights, cum, table)
 
 
 def dense_to_rows(S: np.ndarray) -> SimRows:

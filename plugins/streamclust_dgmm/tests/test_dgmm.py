@@ -152,3 +152,78 @@ def test_resume_with_a_coreset(tmp_path):
     streamclust.fit(data, "dgmm", 12, max_epochs=2, work_dir=work, **kw)
     done = streamclust.fit(data, "dgmm", 12, max_epochs=6, work_dir=work, resume=True, **kw)
     np.testing.assert_allclose(done.means_, full.means_, rtol=1e-6)
+
+
+def _draw_frequencies(sim, first, R, M, n):
+    """How often each cluster is drawn by ``draw_candidates`` after ``first`` over n rows."""
+    import numba
+
+    from streamclust.toolkit import rng_init
+    from streamclust_dgmm.kernels import draw_candidates
+
+    @numba.njit
+    def run(sim, first, R, M, n, counts):
+        H = first.shape[0]
+        cand = np.empty(H + R, np.int32)
+        ex_s = np.empty(H + R)
+        ex_w = np.empty(H + R)
+        for i in range(n):
+            cand[:H] = first
+            s, nc = draw_candidates(rng_init(7, 0, i), sim, cand, H, R, M, ex_s, ex_w)
+            for a in range(H, nc):
+                counts[a - H, cand[a]] += 1
+        return counts
+
+    return run(sim, np.asarray(first, np.int32), R, M, n, np.zeros((R, M), np.int64))
+
+
+@pytest.mark.parametrize("case", ["spread", "mass_in_K", "no_mass_outside_K"])
+def test_candidate_draws_follow_the_row_of_S_without_K(case):
+    """The first new candidate is drawn with p ∝ S[c̄, c] over c ∉ K(n) (a chi-square test against
+    that distribution, computed here in NumPy); where K(n) holds almost all of the row's mass the
+    alias draws are rejected and the exact draw takes over; with no mass outside K(n) the draw is
+    uniform over the other clusters.  Every draw is new and distinct."""
+    from scipy.stats import chisquare
+
+    from streamclust_dgmm.similarity import dense_to_rows
+    rng = np.random.default_rng(3)
+    M, first = 12, [2, 5, 7]
+    S = rng.random((M, M)) * (rng.random((M, M)) < 0.6)
+    S = S + S.T
+    np.fill_diagonal(S, 0)
+    if case == "mass_in_K":
+        S[2, [5, 7]] = S[[5, 7], 2] = 1e4
+    if case == "no_mass_outside_K":
+        S[2, :] = 0
+        S[2, [5, 7]] = 1.0
+    others = np.setdiff1d(np.arange(M), first)
+    p = S[2, others] / S[2, others].sum() if S[2, others].sum() > 0 else np.full(len(others), 1 / len(others))
+    n = 60000
+    counts = _draw_frequencies(dense_to_rows(S), first, 3, M, n)
+    assert counts[:, first].sum() == 0 and (counts.sum(axis=1) == n).all()
+    exp = p * n
+    keep = exp > 0
+    assert counts[0, others][~keep].sum() == 0
+    assert chisquare(counts[0, others][keep], exp[keep]).pvalue > 1e-4
+
+
+def test_alias_tables_hold_the_row_distribution():
+    """Walker's tables give each position exactly its weight's share (to rounding)."""
+    from streamclust_dgmm.similarity import sim_rows
+    rng = np.random.default_rng(0)
+    sizes = [1, 2, 5, 300]
+    indptr = np.concatenate([[0], np.cumsum(sizes)])
+    w = rng.random(indptr[-1]) ** 4 + 1e-9
+    idx = np.concatenate([np.sort(rng.choice(1000, n, replace=False)) for n in sizes])
+    sim = sim_rows(indptr, idx, w)
+    for r, n in enumerate(sizes):
+        lo = indptr[r]
+        thr = sim.table[lo:lo + n, 0] / 2.0 ** 53
+        own, alias = sim.table[lo:lo + n, 1] & 0xFFFFFFFF, sim.table[lo:lo + n, 1] >> 32
+        P = dict.fromkeys(idx[lo:lo + n], 0.0)
+        for k in range(n):
+            P[own[k]] += thr[k] / n
+            P[alias[k]] += (1 - thr[k]) / n
+        want = w[lo:lo + n] / w[lo:lo + n].sum()
+        np.testing.assert_allclose([P[c] for c in idx[lo:lo + n]], want, atol=1e-12)
+        np.testing.assert_allclose(sim.cum[lo:lo + n], np.cumsum(w[lo:lo + n]), rtol=1e-12)
