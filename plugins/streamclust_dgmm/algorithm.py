@@ -19,8 +19,14 @@ Choices where the paper is silent (recorded here as ALGORITHMS.md asks):
   The seeding also yields every coreset row's nearest seed, which becomes the first member of
   K(n) (the other H - 1 start uniform, as in the paper); started from random K(n) the first
   E-step assigns rows to far clusters and the first M-step throws the seeding away (KDD: η of
-  the seeds 26 % → 47 % after epoch 0).  Without a coreset K(n) starts random (the paper's
-  start): finding every row's nearest seed would cost a full k-means assignment.
+  the seeds 26 % → 47 % after epoch 0).
+* Refinement (``refine_epochs``, issue 19): after the coreset fit converges, K(n) of every row
+  starts from its nearest means found through a k-means tree over the M means (``index.py``,
+  ~3·M^(1/3) distances per row), and truncated EM runs on all rows until |ΔF/F| < refine_tol
+  (looser than tol: it polishes a converged solution; KDD: 3 epochs, η 13 % → ~4 %).  Its
+  first epoch draws no new candidates (the tree search just looked at ~25 means per row).
+  Without a coreset, K(n) starts the same way from the seeds (the paper starts it at random:
+  its first epochs then undo the seeding).  The history's ``phase`` says coreset / refine / full.
 * H and R are clipped to the number of clusters: ``H ≤ M`` and ``H + R ≤ M``.
 * Random numbers are counter-based per (seed, epoch, row), so the result does not depend on the
   batch size; the only run-to-run difference with another thread count is summation order.
@@ -36,6 +42,7 @@ from streamclust.toolkit import (NON_NEGATIVE, POSITIVE, ParameterError, afkmc2,
                                  afkmc2_trials, at_least, kmeanspp, nearest_center, weights_of)
 
 from .kernels import Accum, EStepConfig, GMMParams, estep, posterior
+from .index import start_from_index
 from .similarity import PairSums, dense_to_rows, pairs_to_rows, sim_rows
 
 DENSE_S_MAX = 2048
@@ -92,6 +99,14 @@ class DGMM(Algorithm):
                             f"(dense up to M={DENSE_S_MAX})", choices=("auto", "dense", "sparse")),
         "similarity_top": Param(64, int, "entries kept per row of a sparse S for sampling",
                                 at_least(1)),
+        "refine_epochs": Param(-1, int, "after a coreset fit, truncated EM on all rows started "
+                               "from each row's nearest means (an index over the means): -1 "
+                               "until |ΔF/F| < tol, 0 none, n at most n epochs", at_least(-1)),
+        "refine_tol": Param(5e-3, float, "refinement stops when |ΔF/F| < refine_tol (a polish "
+                            "of a converged solution: looser than tol)", POSITIVE),
+        "index_probe": Param(1, int, "leaves of the k-means tree over the means searched per "
+                             "row when K(n) starts from it (refinement, full-data start)",
+                             at_least(1)),
     }
     contract_params = {"coreset_size": 0}
 
@@ -143,14 +158,30 @@ class DGMM(Algorithm):
         if near is not None:  # the greedy seeding knows each coreset row's nearest seed
             self._K.array[:, 0] = near
         self.free_energy_ = None
+        self.phase_ = "coreset" if self._view is not None else "full"
+        self.refined_ = 0  # refinement epochs run
 
     def run_epoch(self, ctx) -> EpochReport:
         M, D = self.means_.shape
-        hard = ctx.epoch == 0 and self.hyper["sigma2_init"] == "hard"
-        cfg = EStepConfig(self.H_, self.R_, self.seed, ctx.epoch, 0, self.dense_, hard)
+        h = self.hyper
+        evals0 = 0
+        if self.phase_ == "refine" and self.refined_ == 0:  # K(n) of all rows from the tree
+            self._K = ctx.row_state("dgmm_K_all", (ctx.n_rows, self.H_), np.int32, fill=-1)
+            evals0 = start_from_index(ctx, self.means_, self._K.array, ctx.rng(3, ctx.epoch),
+                                      h["index_probe"])
+            self.free_energy_ = None  # F of all rows: not comparable with the coreset's
+        elif self.phase_ == "full" and ctx.epoch == 0:  # each row's nearest seeds, via the tree
+            evals0 = start_from_index(ctx, self.means_, self._K.array, ctx.rng(2),
+                                      h["index_probe"])
+        hard = ctx.epoch == 0 and h["sigma2_init"] == "hard"
+        # the first refinement epoch draws no new candidates: the tree search just looked at
+        # ~3·M^(1/3) means per row, S would add little for 10 more distances per row
+        R = 0 if self.phase_ == "refine" and self.refined_ == 0 else self.R_
+        cfg = EStepConfig(self.H_, R, self.seed, ctx.epoch, 0, self.dense_, hard)
         params = (GMMParams(self.means_, float(self.sigma2_)), self.sim_, cfg,
                   numba.get_num_threads())
-        sum_qy, sum_q, scal, S = ctx.aggregate(estep_step, params, data=self._view,
+        data = self._view if self.phase_ == "coreset" else None
+        sum_qy, sum_q, scal, S = ctx.aggregate(estep_step, params, data=data,
                                               state=(self._K.array,))
         W, wqd, wlse, evals = scal
         live = sum_q > 0
@@ -161,12 +192,20 @@ class DGMM(Algorithm):
         else:
             F = wlse / W - 0.5 * D * np.log(2 * np.pi * self.sigma2_) - np.log(M)
             self.sigma2_ = max(wqd / (D * W), self._sigma2_floor)
-        self.sim_ = dense_to_rows(S) if self.dense_ else pairs_to_rows(S, M, self.hyper["similarity_top"])
+        self.sim_ = dense_to_rows(S) if self.dense_ else pairs_to_rows(S, M, h["similarity_top"])
         prev, self.free_energy_ = self.free_energy_, float(F)
-        converged = prev is not None and abs((F - prev) / F) < self.hyper["tol"]
+        tol = h["refine_tol"] if self.phase_ == "refine" else h["tol"]
+        converged = prev is not None and abs((F - prev) / F) < tol
+        phase = self.phase_
+        if phase == "refine":
+            self.refined_ += 1
+            converged = converged or self.refined_ == h["refine_epochs"]
+        elif phase == "coreset" and converged and h["refine_epochs"] != 0:
+            self.phase_, converged = "refine", False  # the next epochs run on all rows
         return EpochReport(objective=float(F), converged=converged, rows=int(len(self._K.array)),
-                           distance_evaluations=int(evals),
-                           extras={"sigma2": float(self.sigma2_), "empty_clusters": int((~live).sum())})
+                           distance_evaluations=int(evals) + evals0,
+                           extras={"sigma2": float(self.sigma2_), "empty_clusters": int((~live).sum()),
+                                   "phase": phase})
 
     # -- checkpoints ---------------------------------------------------------------------------
     def checkpoint(self) -> dict:
@@ -174,7 +213,8 @@ class DGMM(Algorithm):
                 "free_energy": self.free_energy_, "sigma2_floor": float(self._sigma2_floor),
                 "sim_indptr": self.sim_.indptr, "sim_indices": self.sim_.indices,
                 "sim_weights": self.sim_.weights, "H": int(self.H_), "R": int(self.R_),
-                "dense": bool(self.dense_), "K_rows": int(len(self._K.array))}
+                "dense": bool(self.dense_), "K_rows": int(len(self._K.array)),
+                "phase": self.phase_, "refined": int(self.refined_)}
 
     def restore(self, ctx, state: dict) -> None:
         h = self.hyper
@@ -186,7 +226,10 @@ class DGMM(Algorithm):
         self.sim_ = sim_rows(state["sim_indptr"], state["sim_indices"], state["sim_weights"])
         # the coreset is a function of the seed and the data: rebuilt, not stored
         self._view = ctx.coreset(h["coreset_size"]) if h["coreset_size"] else None
-        self._K = ctx.row_state("dgmm_K", (int(state["K_rows"]), self.H_), np.int32, existing=True)
+        self.phase_ = str(state.get("phase", "coreset" if h["coreset_size"] else "full"))
+        self.refined_ = int(state.get("refined", 0))
+        name = "dgmm_K_all" if self.phase_ == "refine" and self.refined_ else "dgmm_K"
+        self._K = ctx.row_state(name, (int(state["K_rows"]), self.H_), np.int32, existing=True)
 
     # -- prediction and state -----------------------------------------------------------------
     @property

@@ -110,10 +110,12 @@ def test_distance_evaluations_counted():
     X, _ = make_blobs(n=1000, k=20, d=3, seed=9)
     m = streamclust.fit(X, "dgmm", 20, seed=0, truncation=3, candidates=2, max_epochs=3,
                         tol=1e-300, progress=False)
-    assert [h["distance_evaluations"] for h in m.history] == [1000 * 5] * 3
+    # epoch 0 starts K(n) at each row's nearest seeds: with M = 20 (≤ 32) an exact search
+    assert [h["distance_evaluations"] for h in m.history] == [1000 * (20 + 5)] + [1000 * 5] * 2
     c = streamclust.fit(X, "dgmm", 20, seed=0, truncation=3, candidates=2, coreset_size=256,
                         max_epochs=2, tol=1e-300, progress=False)
     assert [h["distance_evaluations"] for h in c.history] == [256 * 5] * 2
+    assert [h["phase"] for h in c.history] == ["coreset"] * 2
     assert [h["rows"] for h in c.history] == [256, 256]
 
 
@@ -227,3 +229,66 @@ def test_alias_tables_hold_the_row_distribution():
         want = w[lo:lo + n] / w[lo:lo + n].sum()
         np.testing.assert_allclose([P[c] for c in idx[lo:lo + n]], want, atol=1e-12)
         np.testing.assert_allclose(sim.cum[lo:lo + n], np.cumsum(w[lo:lo + n]), rtol=1e-12)
+
+
+def _tree_search(tree, means, x, probe, H):
+    """The tree's rule in plain NumPy: nearest child down to the bottom, then the exact top H
+    among the members of the ``probe`` nearest leaves."""
+    v = 0
+    while not tree.leaf[v] and not tree.bottom[v]:
+        kids = tree.children[tree.first[v]:tree.first[v + 1]]
+        v = kids[np.argmin(((tree.centres[kids] - x) ** 2).sum(1))]
+    if tree.leaf[v]:
+        leaves = [v]
+    else:
+        kids = tree.children[tree.first[v]:tree.first[v + 1]]
+        leaves = kids[np.argsort(((tree.centres[kids] - x) ** 2).sum(1), kind="stable")[:probe]]
+    ids = np.concatenate([tree.children[tree.first[u]:tree.first[u + 1]] for u in leaves])
+    top = ids[np.argsort(((means[ids] - x) ** 2).sum(1), kind="stable")[:H]]
+    return np.concatenate([top, np.full(H - len(top), -1)])  # -1: fewer than H seen
+
+
+@pytest.mark.parametrize("M", [20, 300])
+def test_tree_over_the_means_finds_nearest_means(M):
+    """The kernel's tree search against the same rule in NumPy, and against brute force: exact
+    for M ≤ 32 (one leaf), and the true nearest mean for most rows at a fraction of M distances."""
+    from streamclust_dgmm.index import build_tree
+    from streamclust_dgmm.kernels import nearest_means
+    X, _ = make_blobs(n=3000, k=40, d=6, seed=4, spread=3.0)
+    X = X.astype(np.float32)
+    rng = np.random.default_rng(0)
+    means = X[rng.choice(len(X), M, replace=False)].astype(np.float64)
+    tree, _ = build_tree(means, rng)
+    D = cdist(X.astype(np.float64), means, "sqeuclidean")
+    true = np.argsort(D, axis=1, kind="stable")[:, :4]
+    K = np.full((len(X), 4), -1, np.int32)
+    ev = np.zeros(2)
+    nearest_means(X, means, tree, 2, K, ev)
+    want = np.array([_tree_search(tree, means, x.astype(np.float64), 2, 4) for x in X])
+    np.testing.assert_array_equal(K, want)
+    if M <= 32:
+        np.testing.assert_array_equal(K, true)
+        assert ev.sum() == len(X) * M
+    else:
+        assert ev.sum() / len(X) < M / 4
+        assert (K[:, 0] == true[:, 0]).mean() > 0.6
+
+
+def test_refinement_on_all_rows_reaches_kmeans_quality():
+    """A small coreset fit alone stays well above Lloyd's objective on all rows (scikit-learn's
+    KMeans, n_init=10); the default refinement halves the gap, a tight refine_tol closes it to a
+    few percent; the history marks the phases."""
+    from sklearn.cluster import KMeans
+    X, _ = make_blobs(n=20000, k=60, d=5, seed=11, spread=4.0)
+    ref = KMeans(60, n_init=10, random_state=0).fit(X).inertia_
+    kw = dict(seed=3, coreset_size=300, max_epochs=100, progress=False)
+    only = streamclust.fit(X, "dgmm", 60, refine_epochs=0, **kw)
+    ref_m = streamclust.fit(X, "dgmm", 60, **kw)
+    q0, q1 = quantization_error(X, only.means_), quantization_error(X, ref_m.means_)
+    phases = [h["phase"] for h in ref_m.history]
+    assert phases[:phases.index("refine")] == ["coreset"] * phases.index("refine")
+    assert set(phases[phases.index("refine"):]) == {"refine"}
+    assert ref_m.history[phases.index("refine")]["rows"] == 20000
+    assert (q0 - ref) / ref > 0.1 and (q1 - ref) / ref < 0.5 * (q0 - ref) / ref
+    tight = streamclust.fit(X, "dgmm", 60, refine_tol=1e-4, **kw)
+    assert (quantization_error(X, tight.means_) - ref) / ref < 0.05
