@@ -2,7 +2,8 @@
 
 After every epoch the engine writes ``<work_dir>/checkpoint/``: ``checkpoint.json`` (epoch count,
 history, what identifies the run), ``arrays.npz`` (the algorithm's arrays, ``allow_pickle=False``)
-and a copy of every row-state file (``state_*.npy``), which epochs change in place.  The
+and a copy of every row-state file (``state_*.npy``), which epochs change in place; the size
+and sha256 of each file are in ``checkpoint.json`` and checked before a resume uses any of them.  The
 directory is written as ``checkpoint.tmp`` and swapped in by renames (the previous one is kept
 as ``checkpoint.old`` until the swap is done), so a process killed at any point leaves either the
 old or the new checkpoint complete.  Randomness needs no saving: ``ctx.rng`` and the kernels'
@@ -11,6 +12,7 @@ counter-based generators derive every stream from the seed, the epoch and the ro
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -54,6 +56,36 @@ class WorkDirLock:
             self._f = None
 
 
+def clean_stale(parent: str, prefix: str, min_age: float = 60.0) -> list:
+    """Remove the temporary work directories ``parent/prefix*`` of runs that died without
+    cleaning up (SIGKILL, power loss): older than ``min_age`` seconds, with a lock file that no
+    process holds.  Returns the removed paths; a warning names them."""
+    import time
+    import warnings
+    removed = []
+    try:
+        names = [n for n in os.listdir(parent) if n.startswith(prefix)]
+    except OSError:
+        return removed
+    for name in names:
+        path = os.path.join(parent, name)
+        lock = os.path.join(path, LOCK)
+        try:
+            if not os.path.isfile(lock) or time.time() - os.path.getmtime(lock) < min_age:
+                continue
+            with open(lock, "a+") as f:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held: the run is alive
+                shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        except OSError:
+            continue
+    if removed:
+        warnings.warn(f"removed {len(removed)} temporary work director"
+                      f"{'y' if len(removed) == 1 else 'ies'} of dead runs: {', '.join(removed)}",
+                      stacklevel=3)
+    return removed
+
+
 def _fsync_dir(path):
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -63,6 +95,28 @@ def _fsync_dir(path):
             os.close(fd)
     except OSError:
         pass
+
+
+def _copy_hashed(src: str, dst: str) -> dict:
+    """Copy ``src`` to ``dst``; returns the size and sha256 of what was copied."""
+    h = hashlib.sha256()
+    size = 0
+    with open(src, "rb") as fi, open(dst, "wb") as fo:
+        for block in iter(lambda: fi.read(1 << 22), b""):
+            h.update(block)
+            fo.write(block)
+            size += len(block)
+    return {"size": size, "sha256": h.hexdigest()}
+
+
+def _digest(path: str) -> dict:
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+            size += len(block)
+    return {"size": size, "sha256": h.hexdigest()}
 
 
 def write(work_dir: str, identity: dict, epoch: int, history: list, extra: dict,
@@ -77,11 +131,13 @@ def write(work_dir: str, identity: dict, epoch: int, history: list, extra: dict,
     other = {k: v for k, v in algo_state.items() if not isinstance(v, np.ndarray)}
     np.savez(os.path.join(tmp, "arrays.npz"), **arrays)
     states = sorted(n for n in os.listdir(work_dir) if n.startswith("state_") and n.endswith(".npy"))
+    files = {"arrays.npz": _digest(os.path.join(tmp, "arrays.npz"))}
     for name in states:
-        shutil.copyfile(os.path.join(work_dir, name), os.path.join(tmp, name))
+        files[name] = _copy_hashed(os.path.join(work_dir, name), os.path.join(tmp, name))
     from .model_files import _jsonable
     meta = {"identity": identity, "epoch": epoch, "history": history, "extra": extra,
-            "algorithm_state": other, "arrays": sorted(arrays), "row_state": states}
+            "algorithm_state": other, "arrays": sorted(arrays), "row_state": states,
+            "files": files}
     with open(os.path.join(tmp, "checkpoint.json"), "w") as f:
         json.dump(_jsonable(meta), f)
         f.flush()
@@ -110,6 +166,14 @@ def load(path: str, identity: dict) -> dict:
     try:
         with open(os.path.join(path, "checkpoint.json")) as f:
             meta = json.load(f)
+        for name, want in (meta.get("files") or {}).items():
+            if os.path.basename(name) != name:
+                raise ValueError(f"invalid file name {name!r}")
+            got = _digest(os.path.join(path, name))
+            if got != want:
+                what = "size" if got["size"] != want.get("size") else "checksum"
+                raise ValueError(f"{name} does not match its {what} ({got['size']} bytes, "
+                                 f"{want.get('size')} written): truncated or damaged")
         with np.load(os.path.join(path, "arrays.npz"), allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
     except (OSError, ValueError, KeyError) as e:

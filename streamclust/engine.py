@@ -75,6 +75,7 @@ def _open(data, algo, features, on_invalid):
 def _work_dir(stack: contextlib.ExitStack, work_dir: str | None) -> tuple[str, bool]:
     """The run's work directory (a temporary one, removed at the end, unless given)."""
     if work_dir is None:
+        checkpoint.clean_stale(tempfile.gettempdir(), "streamclust-")
         work_dir = tempfile.mkdtemp(prefix="streamclust-")
         stack.callback(shutil.rmtree, work_dir, ignore_errors=True)
         return work_dir, True

@@ -308,17 +308,28 @@ def knn_graph(data, n_neighbors: int = 5, *, features=None, work_dir: str | None
     are in memory.  ``options``: ``shard_rows``, ``min_shard_rows``, ``M``, ``ef_construction``,
     ``ef``, ``seed``, ``threads``, ``progress``.
     """
+    from .checkpoint import WorkDirLock
+    for name, v in (("n_neighbors", n_neighbors), ("batch_size", batch_size)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            # checked before anything is written (the cache pass would leave a full cache)
+            raise ParameterError(f"{name} must be an integer >= 1, got {v!r}")
     d = open_data(data, features=features, on_invalid=on_invalid)
     owned = work_dir is None
+    created = not owned and not os.path.exists(work_dir)
     work_dir = tempfile.mkdtemp(prefix="streamclust-knn-") if owned else work_dir
     os.makedirs(work_dir, exist_ok=True)
     try:
-        cache = FeatureCache.build(d, work_dir, batch_size)
-        g = build_graph(cache, n_neighbors, os.path.join(work_dir, KNN_DIR), batch_size=batch_size,
-                        **options)
-        if owned:
-            g = KNNGraph(np.array(g.ids), np.array(g.distances), g.status)
-        return g
+        with WorkDirLock(work_dir):  # one writer per directory: a fit or another graph waits
+            cache = FeatureCache.build(d, work_dir, batch_size)
+            g = build_graph(cache, n_neighbors, os.path.join(work_dir, KNN_DIR),
+                            batch_size=batch_size, **options)
+            if owned:
+                g = KNNGraph(np.array(g.ids), np.array(g.distances), g.status)
+            return g
+    except BaseException:
+        if created:  # nothing of a failed first run is left behind
+            shutil.rmtree(work_dir, ignore_errors=True)
+        raise
     finally:
         if owned:
             shutil.rmtree(work_dir, ignore_errors=True)

@@ -28,6 +28,13 @@ def _sha256(path: str) -> str:
     return h.hexdigest()
 
 
+def _meta_digest(meta: dict) -> str:
+    """The checksum of a model description: sha256 of its canonical JSON without the checksum."""
+    body = {k: v for k, v in meta.items() if k != "sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"),
+                                     allow_nan=True).encode()).hexdigest()
+
+
 def _jsonable(x):
     if isinstance(x, dict):
         return {str(k): _jsonable(v) for k, v in x.items()}
@@ -87,8 +94,10 @@ def save_model(model, path: str, overwrite: bool = False) -> str:
                 "history": model.history, "info": model.info, "state": extra,
                 "arrays": sorted(arrays), "arrays_sha256": _sha256(os.path.join(tmp, ARRAYS)),
                 "files": files}
+        meta = json.loads(json.dumps(_jsonable(meta)))  # as a reader will see it
+        meta["sha256"] = _meta_digest(meta)
         with open(os.path.join(tmp, MODEL_JSON), "w") as f:
-            json.dump(_jsonable(meta), f, indent=1)
+            json.dump(meta, f, indent=1)
         old = None
         if os.path.exists(path):
             check_model_out(path, overwrite)  # again: another writer may have come meanwhile
@@ -119,6 +128,9 @@ def load_model(path: str, host=None):
         raise ModelError(f"{mj}: unreadable or incomplete model description ({e})") from None
     if meta.get("format") != FORMAT:
         raise ModelError(f"{mj}: model format {meta.get('format')!r} is not supported (expected {FORMAT})")
+    if "sha256" in meta and meta["sha256"] != _meta_digest(meta):  # absent: an older writer
+        raise ModelError(f"{mj}: its content does not match its checksum (edited or corrupt); "
+                         "refit, or restore the file as it was written")
     if _sha256(ar) != sha:
         raise ModelError(f"{ar}: does not match the checksum in {MODEL_JSON} (tampered or corrupt)")
     try:

@@ -160,6 +160,14 @@ def model_dir(tmp_path, blob_dir):
     return out
 
 
+def restamp(meta):
+    """``meta`` with its checksum recomputed (an edit made by something that knows the format)."""
+    from streamclust.model_files import _meta_digest
+    meta = dict(meta)
+    meta["sha256"] = _meta_digest(meta)
+    return meta
+
+
 def predict_fails(model_dir, blob_dir, tmp_path):
     out = tmp_path / "labels.parquet"
     code, text = run(["predict", str(model_dir), blob_dir, "--out", str(out)])
@@ -176,6 +184,8 @@ def test_tampered_model(tmp_path, blob_dir, model_dir):
     meta = json.loads((model_dir / "model.json").read_text())
     meta["params"]["hyper"]["truncation"] = "many"
     (model_dir / "model.json").write_text(json.dumps(meta))
+    assert "does not match its checksum" in predict_fails(model_dir, blob_dir, tmp_path)
+    (model_dir / "model.json").write_text(json.dumps(restamp(meta)))  # checksum redone too
     assert "truncation" in predict_fails(model_dir, blob_dir, tmp_path)
     (model_dir / "model.json").write_text("{not json")
     assert "model.json" in predict_fails(model_dir, blob_dir, tmp_path)
@@ -189,12 +199,12 @@ def test_tampered_arrays_with_matching_checksum(tmp_path, blob_dir, model_dir):
     np.savez(model_dir / "arrays.npz", means=np.zeros((2, 5)), sigma2=np.array(1.0))
     meta = json.loads((model_dir / "model.json").read_text())
     meta["arrays_sha256"] = hashlib.sha256((model_dir / "arrays.npz").read_bytes()).hexdigest()
-    (model_dir / "model.json").write_text(json.dumps(meta))
+    (model_dir / "model.json").write_text(json.dumps(restamp(meta)))
     assert "means must have shape" in predict_fails(model_dir, blob_dir, tmp_path)
     obj = np.array([{"a": 1}], dtype=object)  # a pickled object is never loaded
     np.savez(model_dir / "arrays.npz", means=obj, sigma2=np.array(1.0))
     meta["arrays_sha256"] = hashlib.sha256((model_dir / "arrays.npz").read_bytes()).hexdigest()
-    (model_dir / "model.json").write_text(json.dumps(meta))
+    (model_dir / "model.json").write_text(json.dumps(restamp(meta)))
     assert "unreadable" in predict_fails(model_dir, blob_dir, tmp_path)
 
 
@@ -347,6 +357,6 @@ def test_model_of_another_algorithm_version_is_refused(tmp_path):
     assert streamclust.load_model(path).algorithm_.version == meta["algorithm_version"]
     meta["algorithm_version"] = "99"
     with open(mj, "w") as f:
-        json.dump(meta, f)
+        json.dump(restamp(meta), f)
     with pytest.raises(streamclust.ModelError, match="version '99'.*installed one is version"):
         streamclust.load_model(path)

@@ -74,7 +74,9 @@ def test_python_api_soft_predict_and_keep(tmp_path, blob_dir, blobs):
     res = m.predict_to_parquet(blob_dir, str(tmp_path / "o.parquet"), keep=["id"])
     assert res["rows"] == 600
     assert pq.read_table(tmp_path / "o.parquet").column_names == ["id", "cluster"]
-    assert m.info["rows"] == 600 and m.history[-1]["rows"] == 200
+    # coreset epochs on 200 rows, then the refinement on all 600
+    assert m.info["rows"] == 600 and m.history[0]["rows"] == 200
+    assert m.history[-1]["rows"] == 600 and m.history[-1]["phase"] == "refine"
 
 
 def test_verbose_shows_traceback(tmp_path):

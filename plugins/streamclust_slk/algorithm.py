@@ -358,8 +358,11 @@ class SLK(Algorithm):
         if self.train_z_.shape != (n, L) or self.mode_ids_.shape != (L,):
             raise ParameterError(f"SLK state: 'train_z' {self.train_z_.shape} / 'mode_ids' "
                                  f"{self.mode_ids_.shape} do not fit {n} rows and {L} clusters")
-        if not self.sigma2_ > 0:
-            raise ParameterError(f"SLK state 'sigma2' must be > 0, got {self.sigma2_}")
+        if not (np.isfinite(self.sigma2_) and self.sigma2_ > 0):
+            raise ParameterError(f"SLK state 'sigma2' must be finite and > 0, got {self.sigma2_}")
+        if not (np.isfinite(self.lambda_value_) and self.lambda_value_ >= 0):
+            raise ParameterError(f"SLK state 'lambda_value' must be finite and >= 0, got "
+                                 f"{self.lambda_value_}")
         self._index = None
 
     def save_files(self, directory: str) -> list:

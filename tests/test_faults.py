@@ -1,0 +1,189 @@
+"""Faults a pipeline operator fears (issue 20): damaged checkpoints, edited models.  Each case
+failed on main before the fix: a truncated row-state copy was zero-extended by the memory map
+and resumed from; an edited model.json loaded; SLK's λ of -1e6 was accepted."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+import streamclust
+from streamclust.errors import ModelError, StreamclustError
+from streamclust.testing import make_blobs
+
+from conftest import write_parquet_dir
+from test_bad_input import restamp
+
+
+def _fit(tmp_path, epochs, **kw):
+    X, y = make_blobs(n=2000, k=8, d=4, seed=2, spread=1.5)
+    data = write_parquet_dir(str(tmp_path / "data"), X, y, files=2, row_group=500)
+    return data, streamclust.fit(data, "dgmm", 8, features="embedding", max_epochs=epochs,
+                                 work_dir=str(tmp_path / "w"), progress=False, truncation=3,
+                                 candidates=3, tol=1e-12, **kw)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_damaged_checkpoint_row_state_is_refused(tmp_path, damage):
+    data, _ = _fit(tmp_path, 2)
+    ck = tmp_path / "w" / "checkpoint"
+    states = sorted(ck.glob("state_*.npy"))
+    assert states
+    raw = states[0].read_bytes()
+    if damage == "truncate":
+        states[0].write_bytes(raw[: len(raw) // 2])
+    else:
+        states[0].write_bytes(raw[:-4] + bytes(b ^ 0xFF for b in raw[-4:]))
+    with pytest.raises(StreamclustError, match=f"{states[0].name} does not match its "
+                       f"{'size' if damage == 'truncate' else 'checksum'}"):
+        streamclust.fit(data, "dgmm", 8, features="embedding", max_epochs=4,
+                        work_dir=str(tmp_path / "w"), resume=True, progress=False, truncation=3,
+                        candidates=3, tol=1e-12)
+    states[0].write_bytes(raw)  # repaired: the resume goes on
+    m = streamclust.fit(data, "dgmm", 8, features="embedding", max_epochs=4,
+                        work_dir=str(tmp_path / "w"), resume=True, progress=False, truncation=3,
+                        candidates=3, tol=1e-12)
+    assert m.info["resumed_from_epoch"] == 2
+
+
+def test_edited_model_json_is_refused(tmp_path):
+    X, _ = make_blobs(n=300, k=3, d=2, seed=0)
+    path = streamclust.fit(X, "dgmm", 3, progress=False).save(str(tmp_path / "m"))
+    mj = os.path.join(path, "model.json")
+    meta = json.load(open(mj))
+    assert "sha256" in meta
+    streamclust.load_model(path)
+    for edit in (lambda m: m["state"].update(free_energy=1.0),
+                 lambda m: m["params"].update(seed=7),
+                 lambda m: m["history"][0].update(objective=0.0)):
+        bad = json.loads(json.dumps(meta))
+        edit(bad)
+        with open(mj, "w") as f:
+            json.dump(bad, f)
+        with pytest.raises(ModelError, match="does not match its checksum"):
+            streamclust.load_model(path)
+    with open(mj, "w") as f:  # the original, re-indented: the checksum is of the content
+        json.dump(meta, f, indent=4)
+    streamclust.load_model(path)
+
+
+def test_slk_lambda_outside_its_range_is_refused_at_load(tmp_path):
+    X, _ = make_blobs(n=400, k=3, d=3, seed=1)
+    path = streamclust.fit(X, "slk", 3, progress=False).save(str(tmp_path / "m"))
+    mj = os.path.join(path, "model.json")
+    meta = json.load(open(mj))
+    meta["state"]["lambda_value"] = -1e6
+    with open(mj, "w") as f:
+        json.dump(restamp(meta), f)
+    with pytest.raises(ModelError, match="lambda_value"):
+        streamclust.load_model(path)
+
+
+def _graph_data(tmp_path, n=3000):
+    X, y = make_blobs(n=n, k=10, d=8, seed=5, spread=2.0)
+    return X, write_parquet_dir(str(tmp_path / "gdata"), X, y, files=2, row_group=500)
+
+
+def test_graph_bad_sizes_leave_nothing(tmp_path):
+    """`graph -n 0` left a full feature cache in --out, `--batch-size 0` an empty directory."""
+    from test_bad_input import run
+    _, data = _graph_data(tmp_path, 500)
+    for args, word in ((["-n", "0"], "n_neighbors"), (["--batch-size", "0"], "batch_size")):
+        out = tmp_path / f"g{word}"
+        code, text = run(["graph", data, "-f", "embedding", "--out", str(out), *args])
+        assert code == 1 and word in text and "Traceback" not in text, text
+        assert not out.exists()
+
+
+def test_graph_takes_the_work_directory_lock(tmp_path):
+    """A graph build beside another writer of the directory (a fit, another graph) is refused
+    with the holder named, and the directory's files are left as they were."""
+    from streamclust.checkpoint import WorkDirLock
+    from streamclust.knn import knn_graph
+    _, data = _graph_data(tmp_path, 500)
+    work = tmp_path / "w"
+    work.mkdir()
+    with WorkDirLock(str(work)):
+        with pytest.raises(StreamclustError, match=f"pid {os.getpid()}"):
+            knn_graph(data, 5, features="embedding", work_dir=str(work))
+        assert sorted(os.listdir(work)) == [".streamclust.lock"]
+    g = knn_graph(data, 5, features="embedding", work_dir=str(work))
+    assert g.ids.shape == (500, 5)
+
+
+def test_concurrent_graph_and_fit_on_one_work_directory(tmp_path):
+    """`graph` and an SLK fit started together on one --work-dir (on main: FileNotFoundError on
+    graph_ids.tmp.npy, SIGSEGV in the fit): each finishes or stops with the lock's message, and
+    the graph left there is complete and right (recall@5 against brute force)."""
+    import subprocess
+    import sys
+    from scipy.spatial.distance import cdist
+    from streamclust.knn import KNN_DIR, KNNGraph
+    X, data = _graph_data(tmp_path)
+    work = str(tmp_path / "w")
+    cli = [sys.executable, "-m", "streamclust.cli"]
+    procs = [subprocess.Popen(cli + ["graph", data, "-f", "embedding", "-n", "5", "--out", work],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
+             subprocess.Popen(cli + ["fit", data, "-a", "slk", "-k", "10", "-f", "embedding", "-q",
+                                     "--work-dir", work, "--out", str(tmp_path / "model")],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0 or (p.returncode == 1 and "in use by another run" in out), out
+        assert "Traceback" not in out, out
+    assert any(p.returncode == 0 for p in procs)
+    if os.path.exists(os.path.join(work, KNN_DIR, "graph_ids.npy")):
+        g = KNNGraph.load(os.path.join(work, KNN_DIR))
+        D = cdist(X.astype(np.float32), X.astype(np.float32), "sqeuclidean")
+        np.fill_diagonal(D, np.inf)
+        true = np.argsort(D, axis=1)[:, :g.n_neighbors]
+        recall = np.mean([len(set(a) & set(b)) / len(a) for a, b in zip(g.ids, true)])
+        assert recall > 0.9
+
+
+def test_sigterm_cleans_up_like_ctrl_c(tmp_path):
+    """SIGTERM mid-fit (on main: the temporary work directory and its feature cache were left in
+    $TMPDIR): exit 143, nothing left in $TMPDIR, no model written."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    X, y = make_blobs(n=600_000, k=20, d=16, seed=3)
+    data = write_parquet_dir(str(tmp_path / "big"), X, y, files=6, row_group=20000)
+    tmp = tmp_path / "tmpdir"
+    tmp.mkdir()
+    env = dict(os.environ, TMPDIR=str(tmp))
+    p = subprocess.Popen([sys.executable, "-m", "streamclust.cli", "fit", data, "-k", "20", "-f",
+                          "embedding", "-q", "--max-epochs", "1000", "--set", "tol=1e-300",
+                          "--batch-size", "5000", "--out", str(tmp_path / "model")], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not list(tmp.glob("streamclust-*/features.f32*")):
+        time.sleep(0.02)  # the cache pass has begun (features.f32.tmp) or is done
+    assert list(tmp.glob("streamclust-*/features.f32*")), "the fit never began its cache"
+    p.send_signal(signal.SIGTERM)
+    out = p.communicate(timeout=120)[0]
+    assert p.returncode == 143, out
+    assert "terminated" in out and "Traceback" not in out, out
+    assert list(tmp.iterdir()) == [] and not (tmp_path / "model").exists()
+
+
+def test_stale_work_directories_of_dead_runs_are_removed(tmp_path, monkeypatch):
+    import tempfile
+    import time
+    from streamclust.checkpoint import LOCK, WorkDirLock
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead, alive, young = (tmp_path / f"streamclust-{n}" for n in ("dead", "alive", "young"))
+    for d in (dead, alive, young):
+        d.mkdir()
+        (d / LOCK).write_text("pid 999999999")
+        (d / "features.f32").write_bytes(b"\0" * 64)
+    old = time.time() - 3600
+    for d in (dead, alive):
+        os.utime(d / LOCK, (old, old))
+    X, _ = make_blobs(n=200, k=2, d=2, seed=0)
+    with WorkDirLock(str(alive)):
+        os.utime(alive / LOCK, (old, old))
+        with pytest.warns(UserWarning, match="dead runs: .*streamclust-dead"):
+            streamclust.fit(X, "dgmm", 2, progress=False)
+    assert not dead.exists() and alive.exists() and young.exists()
