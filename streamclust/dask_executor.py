@@ -6,9 +6,16 @@ data; nothing of it travels through the scheduler).  Row state (``ctx.row_state`
 memory-mapped array) and memory-mapped arrays inside ``params`` travel the same way, as
 (file, dtype, shape, offset) references opened by the worker; the run's work directory must
 therefore be reachable by every worker (local disk for a ``LocalCluster``, a shared filesystem
-otherwise).  Other parameters are scattered once per pass to every worker.  Each task merges
+otherwise).  Other parameters are scattered once per pass (to one worker; the others fetch them
+from it: a broadcast waited for minutes on a worker that had died).  Each task merges
 its batches' partial results in order, and the client merges the task results in order, so the
 result equals the local executor's up to floating-point association.
+
+A worker lost during a pass (killed, out of memory, its machine gone) fails the pass with a
+:class:`WorkerLost` error once the remaining workers have finished the tasks, never a hang: the
+tasks update row state in place, so a task re-run by Dask after its worker died may have seen
+rows it had already changed; the last checkpoint is intact and ``--resume`` continues from it
+exactly.
 
 Requires the extra ``streamclust[dask]``.
 """
@@ -19,9 +26,13 @@ from typing import Callable
 import numpy as np
 
 from .cache import FeatureCache, RowState
-from .errors import ParameterError
+from .errors import ParameterError, StreamclustError
 from .executor import average_states, merge_sum, n_threads, scan_batches, spread
 from .sources import Batch
+
+
+class WorkerLost(StreamclustError):
+    """A worker left the cluster during a pass: the pass's results are not trusted."""
 
 
 class _MemmapRef:
@@ -258,15 +269,38 @@ class DaskExecutor:
             return (data.X.filename, data.n_rows, data.n_features)
         return None
 
-    def _gather(self, futures, progress):
-        """Results of ``futures`` (each ``(value, rows)``) in submission order."""
+    def _gather(self, futures, progress, before: set):
+        """Results of ``futures`` (each ``(value, rows)``) in submission order; raises
+        :class:`WorkerLost` when a task failed with its worker or a worker of ``before`` (the
+        workers at the start of the pass) is gone by the end."""
         from distributed import as_completed
         results = {}
-        for fut in as_completed(futures):
-            results[fut.key] = fut.result()
-            if progress is not None:
-                progress(results[fut.key][1])
+        try:
+            for fut in as_completed(futures):
+                results[fut.key] = fut.result()
+                if progress is not None:
+                    progress(results[fut.key][1])
+        except Exception as e:  # noqa: BLE001 - a task error or a lost worker, told apart below
+            lost = sorted(before - set(self._workers()))
+            if lost or type(e).__name__ in ("KilledWorker", "CommClosedError", "FutureCancelledError"):
+                raise self._lost(lost, e) from None
+            raise
+        lost = sorted(before - set(self._workers()))
+        if lost:
+            raise self._lost(lost, None)
         return [results[f.key] for f in futures]
+
+    @staticmethod
+    def _lost(lost, error) -> WorkerLost:
+        why = f" ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})" \
+            if error is not None else ""
+        return WorkerLost(f"Dask worker(s) {', '.join(lost) or '?'} lost during a pass{why}; "
+                          "its row-state updates cannot be trusted. With a --work-dir, rerun with "
+                          "--resume (resume=True): the fit continues exactly from the last epoch's "
+                          "checkpoint; without one, rerun")
+
+    def _scatter(self, params):
+        return self.client.scatter([_pack(params)], broadcast=False, hash=False)[0]
 
     def scan(self, step: Callable, data, carry, params, *, blocks, state=(),
              combine: Callable | None = None, progress: Callable[[int], None] | None = None):
@@ -279,11 +313,12 @@ class DaskExecutor:
         source = self._source(data)
         items = list(blocks) if source is not None else [data.rows(s, e) for s, e in blocks]
         groups = _split(items, self.parallelism())
-        p = self.client.scatter([_pack(params)], broadcast=True, hash=False)[0]
+        before = set(self._workers())
+        p = self._scatter(params)
         refs, shares = self._state_refs(state), self.shares()
         futures = [self.client.submit(_run_scan, step, source, g, refs, carry, p, shares, pure=False)
                    for g in groups]
-        results = self._gather(futures, progress)
+        results = self._gather(futures, progress, before)
         carries, rows = [r[0] for r in results], [r[1] for r in results]
         if len(carries) == 1:
             return carries[0], {"shares": 1, "rows": rows[0], "spread": 0.0}
@@ -301,12 +336,13 @@ class DaskExecutor:
         if not items:
             return None
         groups = _split(items, self._n_tasks(len(items)))
-        p = self.client.scatter([_pack(params)], broadcast=True, hash=False)[0]
+        before = set(self._workers())
+        p = self._scatter(params)
         shares = self.shares()
         futures = [self.client.submit(_run_group, step, merge, source, g, state_refs, p,
                                       shares, pure=False) for g in groups]
         acc = None
-        for part, _ in self._gather(futures, progress):
+        for part, _ in self._gather(futures, progress, before):
             if part is not None:
                 acc = part if acc is None else merge(acc, part)
         return acc

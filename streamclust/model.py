@@ -118,6 +118,10 @@ class Model:
         d = self._open(data, on_invalid)
         if labels not in d.source.schema.names:
             raise DataError(f"{d.source.name}: missing label column '{labels}'")
+        ltype = d.source.schema.field(labels).type
+        if pa.types.is_nested(ltype) or pa.types.is_binary(ltype) or pa.types.is_large_binary(ltype):
+            raise DataError(f"{d.source.name}: label column '{labels}' is of type {ltype}; labels "
+                            "must be integers, strings, booleans or floats (one class per value)")
         centers = getattr(self.algorithm_, "cluster_centers_", None)
         table = Contingency(self.n_clusters)
         q = 0.0

@@ -187,3 +187,16 @@ def test_stale_work_directories_of_dead_runs_are_removed(tmp_path, monkeypatch):
         with pytest.warns(UserWarning, match="dead runs: .*streamclust-dead"):
             streamclust.fit(X, "dgmm", 2, progress=False)
     assert not dead.exists() and alive.exists() and young.exists()
+
+
+def test_list_label_column_is_named(tmp_path):
+    """evaluate with a list<int> label column (on main: TypeError: unhashable type)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    X, y = make_blobs(n=300, k=3, d=2, seed=0)
+    path = str(tmp_path / "d.parquet")
+    pq.write_table(pa.table({"x0": X[:, 0], "x1": X[:, 1],
+                             "tags": pa.array([[int(v)] for v in y], pa.list_(pa.int64()))}), path)
+    m = streamclust.fit(path, "dgmm", 3, features=["x0", "x1"], progress=False)
+    with pytest.raises(streamclust.DataError, match="label column 'tags' is of type list"):
+        m.evaluate(path, "tags")

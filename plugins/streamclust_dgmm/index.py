@@ -5,15 +5,87 @@ from a coreset solution (refinement) and from the seeds (full-data start); the E
 follow draw the candidates it missed from S."""
 from __future__ import annotations
 
-import numba
+from collections import namedtuple
+
+import numba as nb
 import numpy as np
 
 from streamclust.toolkit import kmeans
 
-from .kernels import MeansTree, nearest_means
+from .kernels import sqdist
 
 #: up to this many means the tree is one leaf: the exact search
 EXACT_MAX = 32
+
+#: a k-means tree over the means: node centres (n_nodes × D); each node's children are
+#: ``children[first[v]:first[v + 1]]`` (node ids, or mean ids where ``leaf[v]``); ``bottom[v]``:
+#: all of v's children are leaves; node 0 is the root
+MeansTree = namedtuple("MeansTree", "centres first children leaf bottom")
+
+
+@nb.njit(cache=True, inline="always")
+def _insert_top(cv, dv, cand, dist, n, H):
+    """Insert (cv, dv) into the sorted top list ``cand/dist[:n]`` of at most H; returns n."""
+    if n == H:
+        if dv >= dist[H - 1]:
+            return n
+        b = H - 2
+    else:
+        b = n - 1
+        n += 1
+    while b >= 0 and dist[b] > dv:
+        dist[b + 1] = dist[b]
+        cand[b + 1] = cand[b]
+        b -= 1
+    dist[b + 1] = dv
+    cand[b + 1] = cv
+    return n
+
+
+@nb.njit(cache=True, parallel=True)
+def nearest_means(X, means, tree, probe, K, evals):
+    """K[i] = the nearest means of row i (sorted; -1 where fewer than H were seen), found by
+    descending the tree to the nearest child at every level and searching the ``probe`` nearest
+    leaves at the bottom.  ``evals`` (T,) receives each thread's count of distances."""
+    n, H = K.shape
+    T = evals.shape[0]
+    chunk = (n + T - 1) // T
+    centres, first, children, leaf, bottom = tree
+    for t in nb.prange(T):
+        nid = np.empty(probe, np.int64)
+        nd = np.empty(probe)
+        cand = np.empty(H, np.int64)
+        dist = np.empty(H)
+        count = 0
+        for i in range(t * chunk, min(n, (t + 1) * chunk)):
+            x = X[i]
+            v = 0
+            nk = 0
+            while not leaf[v]:
+                width = probe if bottom[v] else 1  # the children are leaves: search probe
+                nn = 0
+                for p in range(first[v], first[v + 1]):
+                    nn = _insert_top(children[p], sqdist(x, centres[children[p]]), nid, nd, nn,
+                                     width)
+                count += first[v + 1] - first[v]
+                if width == 1:
+                    v = nid[0]
+                    continue
+                for a in range(nn):
+                    u = nid[a]
+                    for p in range(first[u], first[u + 1]):
+                        c = children[p]
+                        nk = _insert_top(c, sqdist(x, means[c]), cand, dist, nk, H)
+                    count += first[u + 1] - first[u]
+                break
+            if leaf[v]:  # the root is a leaf (few means): exact search
+                for p in range(first[v], first[v + 1]):
+                    c = children[p]
+                    nk = _insert_top(c, sqdist(x, means[c]), cand, dist, nk, H)
+                count += first[v + 1] - first[v]
+            for h in range(H):
+                K[i, h] = cand[h] if h < nk else -1
+        evals[t] += count
 
 
 def build_tree(means: np.ndarray, rng: np.random.Generator):
@@ -69,6 +141,6 @@ def start_from_index(ctx, means, K, rng, probe: int = 2, data=None) -> int:
     """Fill the row state ``K`` (n × H) with every row's nearest means found through the tree;
     returns the distance evaluations (the tree's construction included)."""
     tree, build = build_tree(means, rng)
-    (evals,) = ctx.aggregate(start_step, (means, tree, probe, numba.get_num_threads()),
+    (evals,) = ctx.aggregate(start_step, (means, tree, probe, nb.get_num_threads()),
                              data=data, state=(K,))
     return int(evals) + build

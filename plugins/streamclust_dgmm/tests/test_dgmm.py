@@ -253,7 +253,7 @@ def test_tree_over_the_means_finds_nearest_means(M):
     """The kernel's tree search against the same rule in NumPy, and against brute force: exact
     for M ≤ 32 (one leaf), and the true nearest mean for most rows at a fraction of M distances."""
     from streamclust_dgmm.index import build_tree
-    from streamclust_dgmm.kernels import nearest_means
+    from streamclust_dgmm.index import nearest_means
     X, _ = make_blobs(n=3000, k=40, d=6, seed=4, spread=3.0)
     X = X.astype(np.float32)
     rng = np.random.default_rng(0)
