@@ -49,7 +49,16 @@ def check_model_out(path: str, overwrite: bool = False) -> None:
     """Refuse a model directory ``path`` that exists (a file, a non-empty directory), unless
     ``overwrite`` and it holds a model and nothing else (its files are then replaced)."""
     path = os.path.abspath(path)
-    if not os.path.exists(path) or (os.path.isdir(path) and not os.listdir(path)):
+    if not os.path.exists(path):  # the nearest existing ancestor must be a writable directory
+        up = os.path.dirname(path)
+        while not os.path.exists(up):
+            up = os.path.dirname(up)
+        if not os.path.isdir(up):
+            raise StreamclustError(f"{path}: cannot be created: {up} is a file, not a directory")
+        if not os.access(up, os.W_OK | os.X_OK):
+            raise StreamclustError(f"{path}: cannot be created: {up} is not writable")
+        return
+    if os.path.isdir(path) and not os.listdir(path):
         return
     if not os.path.isdir(path):
         raise StreamclustError(f"{path}: exists and is not a model directory; not overwritten")

@@ -165,7 +165,8 @@ def test_sigterm_cleans_up_like_ctrl_c(tmp_path):
     out = p.communicate(timeout=120)[0]
     assert p.returncode == 143, out
     assert "terminated" in out and "Traceback" not in out, out
-    assert list(tmp.iterdir()) == [] and not (tmp_path / "model").exists()
+    left = [q.name for q in tmp.iterdir() if q.name.startswith(("streamclust", ".streamclust"))]
+    assert left == [] and not (tmp_path / "model").exists(), (left, out)
 
 
 def test_stale_work_directories_of_dead_runs_are_removed(tmp_path, monkeypatch):
@@ -200,3 +201,15 @@ def test_list_label_column_is_named(tmp_path):
     m = streamclust.fit(path, "dgmm", 3, features=["x0", "x1"], progress=False)
     with pytest.raises(streamclust.DataError, match="label column 'tags' is of type list"):
         m.evaluate(path, "tags")
+
+
+def test_an_out_path_that_cannot_be_created_fails_before_the_fit(tmp_path):
+    """--out under a file (on main: found when the model was saved, after the whole fit)."""
+    from test_bad_input import run
+    X, y = make_blobs(n=300, k=3, d=2, seed=0)
+    data = write_parquet_dir(str(tmp_path / "d"), X, y, files=1)
+    (tmp_path / "afile").write_text("x")
+    code, text = run(["fit", data, "-k", "3", "-f", "embedding", "-q",
+                      "--out", str(tmp_path / "afile" / "sub" / "model")])
+    assert code == 1 and "is a file, not a directory" in text, text
+    assert "epoch" not in text
