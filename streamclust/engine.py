@@ -110,7 +110,9 @@ def _prepare(algo, d, work_dir, executor, opts) -> _State:
         raise DataError(f"{d.source.name}: more clusters ({algo.n_clusters}) than rows ({cache.n_rows})")
     info = {"rows": cache.n_rows, "rows_skipped": cache.skipped, "features": cache.n_features,
             "batch_size": opts["batch_size"], "t0": t0,
-            "executor": getattr(executor, "name", type(executor).__name__)}
+            "executor": getattr(executor, "name", type(executor).__name__),
+            # the input files as resolved (globs, directories), or the in-memory source's name
+            "files": list(getattr(d.source, "files", [])) or [d.source.name]}
     graph = None
     if req.knn:
         graph, info["knn"] = _graph(cache, req, work_dir, executor, algo.seed, opts["batch_size"],

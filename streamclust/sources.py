@@ -47,8 +47,8 @@ def _expand(path: str, exts) -> list[str]:
         return [path]
     if any(ch in path for ch in "*?["):
         seen = {}
-        for p in sorted(glob.glob(path, recursive=True)):
-            if os.path.isfile(p):
+        for p in sorted(glob.glob(path, recursive=True), key=lambda q: (len(q), q)):
+            if os.path.isfile(p):  # each real file once, under its shortest name
                 seen.setdefault(os.path.realpath(p), p)
         files = sorted(seen.values())
     elif os.path.isdir(path):

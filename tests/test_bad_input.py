@@ -336,6 +336,8 @@ def test_input_sets_are_what_was_named(tmp_path):
     os.symlink(loop, loop / "again")
     d = open_data(str(loop / "**" / "*.parquet"), features=["a"])
     assert len(d.source.files) == 1
+    m = streamclust.fit(str(loop / "**" / "*.parquet"), "dgmm", 1, features=["a"], progress=False)
+    assert m.info["rows"] == 3 and m.info["files"] == [str(loop / "x.parquet")]
     mixed = tmp_path / "mixed"
     mixed.mkdir()
     pq.write_table(pa.table({"a": np.arange(3.0)}), mixed / "p.parquet")
