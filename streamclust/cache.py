@@ -15,6 +15,7 @@ import numpy as np
 from .atomic import atomic_json
 from .columns import COLUMNS_META, ColumnCollector
 from .errors import DataError
+from .interrupt import check as check_interrupt
 from .sources import Batch, Data
 
 CACHE_FILE = "features.f32"
@@ -94,6 +95,7 @@ class FeatureCache:
         try:
             with open(tmp, "wb") as f:
                 for b in data.iter_batches(batch_size, keep=tuple(columns)):
+                    check_interrupt()
                     f.write(memoryview(apply(transform, b.X)).cast("B"))
                     if columns:
                         collector.add(b)

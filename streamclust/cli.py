@@ -10,28 +10,21 @@ import click
 from .errors import StreamclustError
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM (how Airflow, Kubernetes and systemd stop a job), raised like Ctrl-C so that every
-    cleanup runs: the temporary work directory and partial outputs are removed."""
-
-
-def _on_sigterm(signum, frame):
-    raise _Terminated()
-
-
 class _Group(click.Group):
     """Prints errors as one line (``--verbose``: with the traceback) and exits 1; SIGTERM is
     handled like SIGINT (exit 143 after the cleanups)."""
 
     def invoke(self, ctx):
         import signal
+
+        from .interrupt import Terminated, on_sigterm
         try:
-            signal.signal(signal.SIGTERM, _on_sigterm)
+            signal.signal(signal.SIGTERM, on_sigterm)
         except ValueError:  # not the main thread (an embedding application): leave it alone
             pass
         try:
             return super().invoke(ctx)
-        except _Terminated:
+        except Terminated:
             click.echo("error: terminated (SIGTERM); temporary files removed", err=True)
             sys.exit(143)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):

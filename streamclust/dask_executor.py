@@ -28,6 +28,7 @@ import numpy as np
 from .cache import FeatureCache, RowState
 from .errors import ParameterError, StreamclustError
 from .executor import average_states, merge_sum, n_threads, scan_batches, spread
+from .interrupt import Terminated, check
 from .sources import Batch
 
 
@@ -277,9 +278,12 @@ class DaskExecutor:
         results = {}
         try:
             for fut in as_completed(futures):
+                check()
                 results[fut.key] = fut.result()
                 if progress is not None:
                     progress(results[fut.key][1])
+        except Terminated:
+            raise
         except Exception as e:  # noqa: BLE001 - a task error or a lost worker, told apart below
             lost = sorted(before - set(self._workers()))
             if lost or type(e).__name__ in ("KilledWorker", "CommClosedError", "FutureCancelledError"):

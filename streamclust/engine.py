@@ -16,6 +16,7 @@ from .columns import check_columns
 from .context import Context
 from .errors import DataError, ParameterError
 from .executor import LocalExecutor, limit_blas
+from .interrupt import check
 from .model import Model
 from .plugins import PluginHost
 from .sources import open_data
@@ -176,6 +177,7 @@ def _loop(st: _State, first: int, max_epochs: int, host) -> bool:
         return True
     with _bar(st.show, total=max_epochs, initial=first, unit="epoch", desc=st.algo.name) as bar:
         for epoch in range(first, max_epochs):
+            check()
             done = _epoch(st, epoch, host)
             bar.set_postfix(objective=f"{st.run.history[-1]['objective']:.6g}")
             bar.update(1)
@@ -185,6 +187,7 @@ def _loop(st: _State, first: int, max_epochs: int, host) -> bool:
 
 
 def _finish(st: _State, converged: bool, host) -> Model:
+    check()  # a SIGTERM whose exception was dropped (in a __del__) still stops the run here
     st.algo.finish(st.ctx)
     info = dict(st.info)
     info.update(epochs=len(st.run.history), converged=converged,

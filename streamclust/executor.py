@@ -14,6 +14,8 @@ from typing import Callable
 
 import numpy as np
 
+from .interrupt import check
+
 
 def n_threads(threads: int = -1) -> int:
     """``threads`` if positive, else the cores this process may run on."""
@@ -74,6 +76,7 @@ class LocalExecutor:
                   batch_size: int = 65536, progress: Callable[[int], None] | None = None):
         acc = None
         for batch in data.iter_batches(batch_size):
+            check()
             slices = tuple(s[batch.start:batch.stop] for s in state)
             part = step(batch, slices, params)
             acc = part if acc is None else merge(acc, part)
@@ -93,6 +96,7 @@ def scan_batches(step, batches, state, carry, params, progress=None):
     """``carry = step(batch, row_state_slices, carry, params)`` for each batch in order."""
     rows = 0
     for b in batches:
+        check()
         carry = step(b, tuple(a[b.start:b.stop] for a in state), carry, params)
         rows += len(b.X)
         if progress is not None:

@@ -155,11 +155,11 @@ def test_sigterm_cleans_up_like_ctrl_c(tmp_path):
     env = dict(os.environ, TMPDIR=str(tmp))
     p = subprocess.Popen([sys.executable, "-m", "streamclust.cli", "fit", data, "-k", "20", "-f",
                           "embedding", "-q", "--max-epochs", "1000", "--set", "tol=1e-300",
-                          "--batch-size", "5000", "--out", str(tmp_path / "model")], env=env,
+                          "--batch-size", "500", "--out", str(tmp_path / "model")], env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 120
     while time.time() < deadline and not list(tmp.glob("streamclust-*/features.f32*")):
-        time.sleep(0.02)  # the cache pass has begun (features.f32.tmp) or is done
+        time.sleep(0.005)  # the cache pass has begun (features.f32.tmp) or is done
     assert list(tmp.glob("streamclust-*/features.f32*")), "the fit never began its cache"
     p.send_signal(signal.SIGTERM)
     out = p.communicate(timeout=120)[0]
@@ -213,3 +213,19 @@ def test_an_out_path_that_cannot_be_created_fails_before_the_fit(tmp_path):
                       "--out", str(tmp_path / "afile" / "sub" / "model")])
     assert code == 1 and "is a file, not a directory" in text, text
     assert "epoch" not in text
+
+
+def test_a_dropped_sigterm_exception_still_stops_at_the_next_batch():
+    """The handler's exception can be dropped (raised inside a __del__); the flag it sets stops
+    the pass at the next batch."""
+    from streamclust.executor import LocalExecutor
+    from streamclust.interrupt import TERMINATED, Terminated
+    from streamclust.sources import open_data
+    X = np.zeros((100, 2), np.float32)
+    TERMINATED.set()
+    try:
+        with pytest.raises(Terminated):
+            LocalExecutor().aggregate(lambda b, s, p: 1, open_data(X), None, batch_size=10)
+    finally:
+        TERMINATED.clear()
+    assert LocalExecutor().aggregate(lambda b, s, p: 1, open_data(X), None, batch_size=10) == 10
