@@ -12,7 +12,7 @@ import numpy as np
 
 from streamclust.toolkit import kmeans
 
-from .kernels import sqdist
+from .kernels import insert_top, sqdist
 
 #: up to this many means the tree is one leaf: the exact search
 EXACT_MAX = 32
@@ -21,25 +21,6 @@ EXACT_MAX = 32
 #: ``children[first[v]:first[v + 1]]`` (node ids, or mean ids where ``leaf[v]``); ``bottom[v]``:
 #: all of v's children are leaves; node 0 is the root
 MeansTree = namedtuple("MeansTree", "centres first children leaf bottom")
-
-
-@nb.njit(cache=True, inline="always")
-def _insert_top(cv, dv, cand, dist, n, H):
-    """Insert (cv, dv) into the sorted top list ``cand/dist[:n]`` of at most H; returns n."""
-    if n == H:
-        if dv >= dist[H - 1]:
-            return n
-        b = H - 2
-    else:
-        b = n - 1
-        n += 1
-    while b >= 0 and dist[b] > dv:
-        dist[b + 1] = dist[b]
-        cand[b + 1] = cand[b]
-        b -= 1
-    dist[b + 1] = dv
-    cand[b + 1] = cv
-    return n
 
 
 @nb.njit(cache=True, parallel=True)
@@ -65,7 +46,7 @@ def nearest_means(X, means, tree, probe, K, evals):
                 width = probe if bottom[v] else 1  # the children are leaves: search probe
                 nn = 0
                 for p in range(first[v], first[v + 1]):
-                    nn = _insert_top(children[p], sqdist(x, centres[children[p]]), nid, nd, nn,
+                    nn = insert_top(children[p], sqdist(x, centres[children[p]]), nid, nd, nn,
                                      width)
                 count += first[v + 1] - first[v]
                 if width == 1:
@@ -75,13 +56,13 @@ def nearest_means(X, means, tree, probe, K, evals):
                     u = nid[a]
                     for p in range(first[u], first[u + 1]):
                         c = children[p]
-                        nk = _insert_top(c, sqdist(x, means[c]), cand, dist, nk, H)
+                        nk = insert_top(c, sqdist(x, means[c]), cand, dist, nk, H)
                     count += first[u + 1] - first[u]
                 break
             if leaf[v]:  # the root is a leaf (few means): exact search
                 for p in range(first[v], first[v + 1]):
                     c = children[p]
-                    nk = _insert_top(c, sqdist(x, means[c]), cand, dist, nk, H)
+                    nk = insert_top(c, sqdist(x, means[c]), cand, dist, nk, H)
                 count += first[v + 1] - first[v]
             for h in range(H):
                 K[i, h] = cand[h] if h < nk else -1

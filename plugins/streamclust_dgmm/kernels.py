@@ -248,6 +248,25 @@ def draw_candidates(s, sim, cand, nc, R, M, ex_s, ex_w):
 
 
 @nb.njit(cache=True, inline="always")
+def insert_top(cv, dv, cand, dist, n, H):
+    """Insert (cv, dv) into the sorted top list ``cand/dist[:n]`` of at most H; returns n."""
+    if n == H:
+        if dv >= dist[H - 1]:
+            return n
+        b = H - 2
+    else:
+        b = n - 1
+        n += 1
+    while b >= 0 and dist[b] > dv:
+        dist[b + 1] = dist[b]
+        cand[b + 1] = cand[b]
+        b -= 1
+    dist[b + 1] = dv
+    cand[b + 1] = cv
+    return n
+
+
+@nb.njit(cache=True, inline="always")
 def _row(i, t, X, w, K, prm, sim, cfg, out, buf):
     cand, dist, e, ex_s, ex_w = buf
     sum_qy, sum_q, S, pair_key, pair_val = out
@@ -266,20 +285,9 @@ def _row(i, t, X, w, K, prm, sim, cfg, out, buf):
     x = X[i]
     # the H nearest of the nc candidates, sorted by distance (stable: the same as a stable sort
     # of all nc, cut at H); K(n) comes sorted from the last epoch, so this is mostly compares
-    for a in range(nc):
-        dv, cv = sqdist(x, prm.means[cand[a]]), cand[a]
-        if a >= H:
-            if dv >= dist[H - 1]:
-                continue
-            b = H - 2
-        else:
-            b = a - 1
-        while b >= 0 and dist[b] > dv:
-            dist[b + 1] = dist[b]
-            cand[b + 1] = cand[b]
-            b -= 1
-        dist[b + 1] = dv
-        cand[b + 1] = cv
+    n = 0
+    for a in range(nc):  # (cand[a] is read before the list, at positions <= a, is written)
+        n = insert_top(cand[a], sqdist(x, prm.means[cand[a]]), cand, dist, n, H)
     inv = 1.0 / (2.0 * prm.sigma2)
     dmin = dist[0]
     z = 0.0
