@@ -1,17 +1,29 @@
-"""streamclust: clustering of data sets larger than memory, with plugin algorithms."""
+"""streamclust: clustering of data sets larger than memory, with plugin algorithms.
+
+The names below are imported on first use (PEP 562), so that ``import streamclust`` and
+``streamclust --help`` stay fast."""
 __version__ = "0.1.0"
 
-from .hookspecs import hookimpl  # noqa: E402  (plugins import it first)
-from .algorithm import Algorithm, Assignment, EpochReport, Param, Requirements  # noqa: E402
-from .errors import (DataError, ModelError, ParameterError, PluginError,  # noqa: E402
-                     StreamclustError)
-from .engine import fit  # noqa: E402
-from .knn import KNNGraph, knn_graph  # noqa: E402
-from .model import Model, load_model  # noqa: E402
-from .plugins import PluginHost  # noqa: E402
-from .sources import open_data  # noqa: E402
+_EXPORTS = {
+    "hookimpl": "hookspecs", "Algorithm": "algorithm", "Assignment": "algorithm",
+    "EpochReport": "algorithm", "Param": "algorithm", "Requirements": "algorithm",
+    "DataError": "errors", "ModelError": "errors", "ParameterError": "errors",
+    "PluginError": "errors", "StreamclustError": "errors", "fit": "engine",
+    "KNNGraph": "knn", "knn_graph": "knn", "Model": "model", "load_model": "model",
+    "PluginHost": "plugins", "open_data": "sources",
+}
 
-__all__ = ["Algorithm", "Assignment", "EpochReport", "Param", "Requirements", "DataError",
-           "ModelError", "ParameterError", "PluginError", "StreamclustError", "fit", "load_model",
-           "Model", "PluginHost", "open_data", "hookimpl", "knn_graph", "KNNGraph",
-           "__version__"]
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        import importlib
+        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'streamclust' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_EXPORTS))

@@ -20,7 +20,7 @@ from .sources import Batch, Data
 
 CACHE_FILE = "features.f32"
 CACHE_META = "features.json"
-
+_KEY_FIELDS = ("fingerprint", "spec", "on_invalid", "n_features", "columns", "transform", "scale")
 
 
 class FeatureCache:
@@ -37,6 +37,20 @@ class FeatureCache:
     @property
     def n_features(self) -> int:
         return self.X.shape[1]
+
+    @property
+    def scaler(self):
+        """The :class:`~streamclust.scaling.Scaler` applied to the cached rows, or None."""
+        from .scaling import Scaler
+        return Scaler.from_json(self.meta.get("scaler"), self.n_features, CACHE_META)
+
+    @property
+    def identity(self) -> str | None:
+        """What the cached rows are (source, columns, policy, transform, scaling); None when the
+        source has no fingerprint."""
+        if self.meta.get("fingerprint") is None:
+            return None
+        return json.dumps({k: self.meta.get(k) for k in _KEY_FIELDS}, sort_keys=True)
 
     @property
     def skipped(self) -> int:
@@ -75,15 +89,19 @@ class FeatureCache:
     @classmethod
     def build(cls, data: Data, work_dir: str, batch_size: int,
               progress: Callable[[int], None] | None = None, columns=(),
-              transform: str = "") -> "FeatureCache":
+              transform: str = "", scale: str = "none") -> "FeatureCache":
         """Write (or reuse) the cache of ``data`` in ``work_dir``; validate every value.
         ``columns``: extra columns read in the same pass (see :mod:`streamclust.columns`);
-        ``transform``: a row transform of :mod:`streamclust.transforms` applied to every row."""
+        ``transform``: a row transform of :mod:`streamclust.transforms` applied to every row;
+        ``scale``: a scaling of :mod:`streamclust.scaling`, its statistics taken in the same pass
+        and applied (before the transform) in a second pass over the written file."""
+        from .scaling import ScaleStats, check_scale
         from .transforms import apply, check
         check(transform)
+        scale = check_scale(scale)
         key = {"fingerprint": data.source.fingerprint(), "spec": data.spec.to_json(),
                "on_invalid": data.on_invalid, "n_features": data.n_features,
-               "columns": sorted(columns), "transform": transform}
+               "columns": sorted(columns), "transform": transform, "scale": scale}
         if key["fingerprint"] is not None:
             old = cls.open(work_dir)
             if old is not None and all(old.meta.get(k) == v for k, v in key.items()):
@@ -92,11 +110,17 @@ class FeatureCache:
         tmp = path + ".tmp"
         n = skipped = n_source = 0
         collector = ColumnCollector(columns)
+        stats = ScaleStats(data.n_features) if scale != "none" else None
+        scaler = None
         try:
             with open(tmp, "wb") as f:
                 for b in data.iter_batches(batch_size, keep=tuple(columns)):
                     check_interrupt()
-                    f.write(memoryview(apply(transform, b.X)).cast("B"))
+                    if stats is not None:  # scaled (then transformed) in the second pass
+                        stats.add(b.X)
+                        f.write(memoryview(b.X).cast("B"))
+                    else:
+                        f.write(memoryview(apply(transform, b.X)).cast("B"))
                     if columns:
                         collector.add(b)
                     n += len(b.X)
@@ -105,20 +129,33 @@ class FeatureCache:
                     n_source += rows
                     if progress:
                         progress(rows)
+            if n == 0:
+                raise DataError(f"{data.source.name}: the data set is empty"
+                                + (f" ({skipped} rows skipped as invalid)" if skipped else ""))
+            if stats is not None:
+                scaler = stats.scaler(scale)
+                _rescale(tmp, n, data.n_features, batch_size, lambda X: apply(transform, scaler.apply(X)))
         except BaseException:
             if os.path.exists(tmp):
                 os.remove(tmp)
             raise
-        if n == 0:
-            os.remove(tmp)
-            raise DataError(f"{data.source.name}: the data set is empty"
-                            + (f" ({skipped} rows skipped as invalid)" if skipped else ""))
         if columns:
             atomic_json(os.path.join(work_dir, COLUMNS_META), collector.write(work_dir))
         os.replace(tmp, path)
-        meta = dict(key, n_rows=n, skipped=skipped, source_rows=n_source)
+        meta = dict(key, n_rows=n, skipped=skipped, source_rows=n_source,
+                    scaler=None if scaler is None else scaler.to_json())
         atomic_json(os.path.join(work_dir, CACHE_META), meta)
         return cls.open(work_dir)
+
+
+def _rescale(path: str, n: int, d: int, batch_size: int, fn) -> None:
+    """Replace the rows of the float32 file ``path`` by ``fn(rows)``, a batch at a time."""
+    mm = np.memmap(path, dtype=np.float32, mode="r+", shape=(n, d))
+    for s in range(0, n, batch_size):
+        check_interrupt()
+        mm[s:s + batch_size] = fn(np.array(mm[s:s + batch_size]))
+    mm.flush()
+    del mm
 
 
 class RowState:

@@ -52,13 +52,67 @@ def _parse_set(items) -> dict:
     return params
 
 
+def _setup_logging(level: str) -> None:
+    """What a run does (features, cache, start, end) on stderr through the ``streamclust`` logger."""
+    import logging
+    logger = logging.getLogger("streamclust")
+    class StderrHandler(logging.StreamHandler):
+        """Writes to the current ``sys.stderr`` (a test runner swaps it between commands)."""
+        _streamclust_cli = True
+
+        @property
+        def stream(self):
+            return sys.stderr
+
+        @stream.setter
+        def stream(self, value):
+            pass
+
+    if not any(getattr(h, "_streamclust_cli", False) for h in logger.handlers):
+        h = StderrHandler()
+        h.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(h)
+    logger.setLevel(level.upper())
+
+
+def _quiet_logging() -> None:
+    import logging
+    logger = logging.getLogger("streamclust")
+    if logger.level < logging.WARNING:
+        logger.setLevel(logging.WARNING)
+
+
+def _print(obj, as_json: bool) -> None:
+    """A result: one JSON object (``--json``), or ``key: value`` lines."""
+    if as_json:
+        click.echo(json.dumps(obj))
+        return
+    width = max(len(k) for k in obj) if obj else 0
+    for k, v in obj.items():
+        v = f"{v:.6g}" if isinstance(v, float) else (json.dumps(v) if isinstance(v, (dict, list)) else v)
+        click.echo(f"{k:<{width}}  {v}")
+
+
+_JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+_EXCLUDE = click.option("--exclude", "-x", multiple=True, metavar="COLUMNS",
+                        help="Columns (names or globs, comma-separated) never taken as features.")
+_FEATURES = click.option("--features", "-f", multiple=True, metavar="COLUMNS",
+                         help="Feature columns: one list column or numeric columns, names or globs "
+                              "('p*'), comma-separated.  Default: the only list column, else every "
+                              "numeric column except those named like labels or ids (label, id, "
+                              "*_id, …), which are listed.")
+
+
 @click.group(cls=_Group)
 @click.option("--verbose", is_flag=True, help="Show tracebacks on errors.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
+              show_default=True, help="What the run reports on stderr (debug: every epoch).")
 @click.version_option(package_name="streamclust")
 @click.pass_context
-def main(ctx, verbose):
+def main(ctx, verbose, log_level):
     """Cluster data sets larger than memory (Parquet, Arrow IPC)."""
     ctx.obj = {"verbose": verbose}
+    _setup_logging(log_level)
 
 
 @main.command()
@@ -66,7 +120,11 @@ def main(ctx, verbose):
 @click.option("--algorithm", "-a", default="dgmm", show_default=True)
 @click.option("--clusters", "-k", type=int, default=None,
               help="Number of clusters (required, except for algorithms that choose it: infex).")
-@click.option("--features", "-f", multiple=True, help="Feature column(s): one list column or numeric columns.")
+@_FEATURES
+@_EXCLUDE
+@click.option("--scale", type=click.Choice(["none", "standard", "minmax"]), default="none",
+              show_default=True, help="Scale each feature (statistics from the data, stored in "
+                                      "the model and applied by predict).")
 @click.option("--set", "sets", multiple=True, metavar="NAME=VALUE", help="Algorithm parameter.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--batch-size", type=int, default=65536, show_default=True)
@@ -82,9 +140,13 @@ def main(ctx, verbose):
               help="Continue the run whose checkpoint is in --work-dir (written after every epoch).")
 @click.option("--out", "-o", required=True, help="Model directory to write.")
 @click.option("--overwrite", is_flag=True, help="Replace the model in an existing --out.")
-def fit(data, algorithm, clusters, features, sets, seed, batch_size, max_epochs, work_dir,
-        skip_invalid, quiet, scheduler, workers, resume, out, overwrite):
-    """Fit a clustering of DATA and save the model to --out."""
+@_JSON
+def fit(data, algorithm, clusters, features, exclude, scale, sets, seed, batch_size, max_epochs,
+        work_dir, skip_invalid, quiet, scheduler, workers, resume, out, overwrite, as_json):
+    """Fit a clustering of DATA and save the model to --out.
+
+    The feature cache (rows × features × 4 bytes) is written to --work-dir, or to a temporary
+    directory under $TMPDIR that is removed at the end."""
     from .engine import fit as _fit
     from .model_files import check_model_out
     from .plugins import PluginHost
@@ -93,12 +155,15 @@ def fit(data, algorithm, clusters, features, sets, seed, batch_size, max_epochs,
         raise click.UsageError(f"missing option '-k' / '--clusters' (algorithm '{algorithm}' needs "
                                f"the number of clusters)")
     params = _parse_set(sets)
+    if quiet:
+        _quiet_logging()
     executor = None
     if scheduler:
         from .dask_executor import DaskExecutor
         executor = DaskExecutor(scheduler=scheduler, n_workers=workers)
     try:
-        model = _fit(data, algorithm, clusters, features=_split(features), seed=seed,
+        model = _fit(data, algorithm, clusters, features=_split(features),
+                     exclude=_split(exclude), scale=scale, seed=seed,
                      batch_size=batch_size, max_epochs=max_epochs, work_dir=work_dir,
                      on_invalid="skip" if skip_invalid else "error",
                      progress=False if quiet else None, executor=executor, resume=resume,
@@ -109,6 +174,13 @@ def fit(data, algorithm, clusters, features, sets, seed, batch_size, max_epochs,
     path = model.save(out, overwrite=overwrite)
     last = model.history[-1] if model.history else {}
     info = model.info
+    if as_json:
+        _print({"algorithm": algorithm, "n_clusters": model.n_clusters, "rows": info["rows"],
+                "rows_skipped": info["rows_skipped"], "features": list(model.feature_spec.columns),
+                "n_features": info["features"], "features_left_out": info.get("features_left_out", {}),
+                "scale": scale, "epochs": info["epochs"], "converged": info["converged"],
+                "objective": last.get("objective"), "seconds": info["seconds"], "out": path}, True)
+        return
     click.echo(f"{algorithm}: {model.n_clusters} clusters on {info['rows']} rows × {info['features']} features"
                f" ({info['rows_skipped']} skipped), {info['epochs']} epochs, "
                f"converged={info['converged']}, objective={last.get('objective', float('nan')):.6g}, "
@@ -138,16 +210,23 @@ def predict(model_dir, data, out, keep, batch_size, skip_invalid, overwrite):
 @click.argument("data")
 @click.option("--labels", required=True, help="Column with the true classes.")
 @click.option("--batch-size", type=int, default=65536, show_default=True)
-def evaluate(model_dir, data, labels, batch_size):
-    """Print one JSON object: nmi, acc (and quantization_error for centroid models)."""
+@click.option("--skip-invalid", is_flag=True, help="Leave rows with NaN/inf features out.")
+@_JSON
+def evaluate(model_dir, data, labels, batch_size, skip_invalid, as_json):
+    """Score MODEL_DIR on DATA against --labels: nmi, acc (one-to-one), acc_many_to_one (= purity),
+    and for centroid models the mean quantization_error."""
     from .model import load_model
-    click.echo(json.dumps(load_model(model_dir).evaluate(data, labels, batch_size)))
+    _print(load_model(model_dir).evaluate(data, labels, batch_size,
+                                          on_invalid="skip" if skip_invalid else "error"), as_json)
 
 
 @main.command()
 @click.argument("data")
 @click.option("--neighbors", "-n", type=int, default=5, show_default=True, help="k: neighbours per row.")
-@click.option("--features", "-f", multiple=True)
+@_FEATURES
+@_EXCLUDE
+@click.option("--scale", type=click.Choice(["none", "standard", "minmax"]), default="none",
+              show_default=True, help="Scale each feature before the search.")
 @click.option("--out", "-o", required=True,
               help="Directory for the feature cache, the hnswlib shards and knn/graph_*.npy "
                    "(reused by a later run with the same settings).")
@@ -160,7 +239,8 @@ def evaluate(model_dir, data, labels, batch_size):
               help="Build and query the shards on a dask.distributed cluster (or 'local'); --out "
                    "must be reachable by every worker.")
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Workers of --scheduler local (default 2).")
-def graph(data, neighbors, features, out, shard_rows, ef, m, batch_size, scheduler, workers):
+def graph(data, neighbors, features, exclude, scale, out, shard_rows, ef, m, batch_size, scheduler,
+          workers):
     """Build the kNN graph of DATA (ids N×k int64, distances N×k float32) into --out."""
     import os
     import time
@@ -171,7 +251,8 @@ def graph(data, neighbors, features, out, shard_rows, ef, m, batch_size, schedul
         from .dask_executor import DaskExecutor
         executor = DaskExecutor(scheduler=scheduler, n_workers=workers)
     try:
-        g = knn_graph(data, neighbors, features=_split(features), work_dir=out,
+        g = knn_graph(data, neighbors, features=_split(features), exclude=_split(exclude),
+                      scale=scale, work_dir=out,
                       batch_size=batch_size, shard_rows=shard_rows, ef=ef, M=m, executor=executor)
     finally:
         if executor is not None:
@@ -181,10 +262,22 @@ def graph(data, neighbors, features, out, shard_rows, ef, m, batch_size, schedul
 
 
 @main.command()
-def plugins():
+@_JSON
+def plugins(as_json):
     """List algorithms, their parameters and the package that provides each."""
     from .plugins import PluginHost
     host = PluginHost()
+    if as_json:
+        click.echo(json.dumps({
+            "algorithms": {name: {"provider": host.providers[name], "version": str(cls.version),
+                                  "chooses_k": bool(cls.chooses_k),
+                                  "params": {p: {"default": q.default, "type": q.type.__name__,
+                                                 "choices": list(q.choices) if q.choices else None,
+                                                 "doc": q.doc} for p, q in cls.params.items()}}
+                           for name, cls in sorted(host.algorithms.items())},
+            "failures": [{"name": f.name, "package": f.package, "error": str(f.error)}
+                         for f in host.failures]}))
+        return
     for name in sorted(host.algorithms):
         cls = host.algorithms[name]
         click.echo(f"{name}  (from {host.providers[name]}, version {cls.version})")
@@ -197,16 +290,19 @@ def plugins():
 
 @main.command()
 @click.argument("data")
-@click.option("--features", "-f", multiple=True)
-def info(data, features):
-    """Rows, columns, files and feature columns of DATA (reads metadata only)."""
+@_FEATURES
+@_EXCLUDE
+@_JSON
+def info(data, features, exclude, as_json):
+    """Rows, columns, files and the feature columns a fit would take (reads metadata only)."""
     from .sources import open_data
-    d = open_data(data, features=_split(features))
+    d = open_data(data, features=_split(features), exclude=_split(exclude))
     src = d.source
-    out = {"source": src.name, "rows": src.n_rows, "files": len(getattr(src, "files", [])) or None,
-           "columns": {f.name: str(f.type) for f in src.schema},
-           "features": list(d.spec.columns), "n_features": d.n_features}
-    click.echo(json.dumps(out, indent=1))
+    _print({"source": src.name, "rows": src.n_rows, "files": len(getattr(src, "files", [])) or None,
+            "columns": {f.name: str(f.type) for f in src.schema},
+            "features": list(d.spec.columns), "n_features": d.n_features,
+            "features_left_out": d.left_out,
+            "cache_bytes": None if src.n_rows is None else src.n_rows * d.n_features * 4}, as_json)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ algorithm's epochs, call hooks.  ``fit`` reads as its three stages: prepare, loo
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import sys
@@ -15,12 +16,15 @@ from .cache import FeatureCache
 from .columns import check_columns
 from .context import Context
 from .errors import DataError, ParameterError
+from .features import describe_features
 from .executor import LocalExecutor, limit_blas
 from .interrupt import check
 from .model import Model
 from .plugins import PluginHost
+from .scaling import check_scale
 from .sources import open_data
 
+log = logging.getLogger(__name__)
 
 @dataclass
 class Run:
@@ -62,9 +66,10 @@ def _executor(executor, client):
     return executor or LocalExecutor()
 
 
-def _open(data, algo, features, on_invalid):
+def _open(data, algo, features, exclude, on_invalid):
     req = algo.requirements()
-    d = open_data(data, features=features, on_invalid=on_invalid, exclude=req.columns)
+    d = open_data(data, features=features, on_invalid=on_invalid, exclude=exclude,
+                  reserved=req.columns)
     check_columns(d.source.schema, req.columns, d.source.name, algo.name)
     overlap = sorted(set(req.columns) & set(d.spec.columns))
     if overlap:
@@ -106,14 +111,18 @@ def _prepare(algo, d, work_dir, executor, opts) -> _State:
     t0 = time.perf_counter()
     with _bar(show, total=d.n_rows, unit="rows", desc="reading", leave=False) as bar:
         cache = FeatureCache.build(d, work_dir, opts["batch_size"], progress=bar.update,
-                                   columns=req.columns, transform=req.transform)
+                                   columns=req.columns, transform=req.transform, scale=opts["scale"])
+    log.info("feature cache: %d rows × %d features (%.1f MB) in %s, %.2f s", cache.n_rows,
+             cache.n_features, cache.n_rows * cache.n_features * 4 / 1e6, work_dir,
+             time.perf_counter() - t0)
     if algo.n_clusters > cache.n_rows:
         raise DataError(f"{d.source.name}: more clusters ({algo.n_clusters}) than rows ({cache.n_rows})")
     info = {"rows": cache.n_rows, "rows_skipped": cache.skipped, "features": cache.n_features,
             "batch_size": opts["batch_size"], "t0": t0,
             "executor": getattr(executor, "name", type(executor).__name__),
             # the input files as resolved (globs, directories), or the in-memory source's name
-            "files": list(getattr(d.source, "files", [])) or [d.source.name]}
+            "files": list(getattr(d.source, "files", [])) or [d.source.name],
+            "features_left_out": dict(d.left_out)}
     graph = None
     if req.knn:
         graph, info["knn"] = _graph(cache, req, work_dir, executor, algo.seed, opts["batch_size"],
@@ -126,7 +135,8 @@ def _prepare(algo, d, work_dir, executor, opts) -> _State:
     run = Run(algo.name, algo.get_params(), cache.n_rows, cache.n_features, work_dir)
     identity = {"algorithm": algo.name, "params": algo.get_params(),
                 "batch_size": opts["batch_size"], "data": cache.meta.get("fingerprint"),
-                "rows": cache.n_rows, "features": d.spec.to_json(), "on_invalid": d.on_invalid}
+                "rows": cache.n_rows, "features": d.spec.to_json(), "on_invalid": d.on_invalid,
+                "scale": opts["scale"]}
     return _State(algo, d, ctx, run, identity, show, not opts["owned"] and algo.can_resume(), info)
 
 
@@ -163,6 +173,8 @@ def _epoch(st: _State, epoch: int, host) -> bool:
               "distance_evaluations": int(rep.distance_evaluations) + ctx.distance_evaluations - before,
               "converged": bool(rep.converged), **rep.extras}
     run.history.append(record)
+    log.debug("epoch %d: objective %.6g, %.3f s%s", epoch, record["objective"], record["seconds"],
+              ", converged" if record["converged"] else "")
     host.hook.streamclust_epoch_finished(run=run, report=record)
     if st.checkpoints:
         checkpoint.write(ctx.work_dir, st.identity, epoch + 1, run.history,
@@ -192,43 +204,53 @@ def _finish(st: _State, converged: bool, host) -> Model:
     info = dict(st.info)
     info.update(epochs=len(st.run.history), converged=converged,
                 seconds=time.perf_counter() - info.pop("t0"))
-    model = Model(st.algo, st.data.spec, st.ctx.n_features, st.run.history, info)
+    log.info("%s: %d clusters, %d epochs, converged=%s, %.2f s", st.algo.name, st.algo.n_clusters,
+             info["epochs"], converged, info["seconds"])
+    model = Model(st.algo, st.data.spec, st.ctx.n_features, st.run.history, info,
+                  scaler=st.ctx.data.scaler)
     host.hook.streamclust_run_finished(run=st.run, model=model)
     return model
 
 
-def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, features=None, seed: int = 0,
+def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, features=None, exclude=None,
+        seed: int = 0,
         batch_size: int = 65536, max_epochs: int = 100, work_dir: str | None = None,
         on_invalid: str = "error", progress: bool | None = None, host: PluginHost | None = None,
         executor=None, client=None, knn_options: dict | None = None, resume: bool = False,
-        blas_threads: int | None = 1, **params) -> Model:
+        blas_threads: int | None = 1, scale: str = "none", **params) -> Model:
     """Fit ``algorithm`` with ``n_clusters`` clusters on ``data`` and return the :class:`Model`.
 
     ``n_clusters``: default 8, except for algorithms that choose the number themselves
     (``Algorithm.chooses_k``, e.g. INFEX), which ignore it.
 
     ``data``: a Parquet file / directory / glob, an Arrow IPC file, a NumPy array or pyarrow data.
-    ``features``: one list column or several numeric columns (default: the only list column, else
-    every numeric column).  ``on_invalid='skip'`` drops rows with NaN/inf (counted in
+    ``features``: one list column or several numeric columns, by name or glob (``"p*"``); default:
+    the only list column, else every numeric column except the algorithm's label columns and
+    those named like labels or ids (``label``, ``id``, ``*_id`` …; logged, and listed in
+    ``model.info['features_left_out']``).  ``exclude``: names or globs never taken.  ``on_invalid='skip'`` drops rows with NaN/inf (counted in
     ``model.info['rows_skipped']``).  ``executor``: where the passes run (default
     :class:`~streamclust.executor.LocalExecutor`); ``client``: a ``distributed.Client``, shorthand
     for ``executor=DaskExecutor(client)``.  ``knn_options``: settings of the kNN graph for algorithms
     that need one (see :func:`streamclust.knn.build_graph`).  ``params`` are the algorithm's
     hyper-parameters.  With a ``work_dir``, a checkpoint is written there after every epoch
     (algorithms that support it) and ``resume=True`` continues from it; a work directory is used
-    by one run at a time.  ``blas_threads``: BLAS threads during the fit (default 1: numba
+    by one run at a time.  ``scale``: ``none`` (default), ``standard`` or ``minmax``: statistics
+    from the cache pass, applied to the cache, stored in the model and applied by ``predict``
+    (see :mod:`streamclust.scaling`).  ``blas_threads``: BLAS threads during the fit (default 1: numba
     kernels own the cores; ``None`` leaves BLAS as it is).
     """
     _check_int("batch_size", batch_size, 1)
     _check_int("max_epochs", max_epochs, 1)
     if blas_threads is not None:
         _check_int("blas_threads", blas_threads, 1)
+    scale = check_scale(scale)
     host = host or PluginHost()
     cls = host.algorithm(algorithm)
     if n_clusters is None and not cls.chooses_k:
         n_clusters = 8
     algo = cls(n_clusters, seed=seed, **params)
-    d = _open(data, algo, features, on_invalid)
+    d = _open(data, algo, features, exclude, on_invalid)
+    log.info("%s: %s", d.source.name, describe_features(d.spec, d.left_out))
     executor = _executor(executor, client)
     if resume and (work_dir is None or not algo.can_resume()):
         raise ParameterError("resume needs the work_dir of the interrupted run" if work_dir is None
@@ -238,7 +260,10 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
         stack.enter_context(checkpoint.WorkDirLock(work_dir))
         stack.enter_context(limit_blas(blas_threads))
         st = _prepare(algo, d, work_dir, executor, {"show": _progress_enabled(progress), "owned": owned,
-                                                    "batch_size": batch_size, "knn_options": knn_options})
+                                                    "batch_size": batch_size, "knn_options": knn_options,
+                                                    "scale": scale})
+        log.info("fitting %s (k=%s, seed %d, executor %s)", algo.name, algo.n_clusters, seed,
+                 getattr(executor, "name", type(executor).__name__))
         first = _begin(st, resume)
         host.hook.streamclust_run_started(run=st.run)
         return _finish(st, _loop(st, first, max_epochs, host), host)

@@ -6,6 +6,7 @@ and the global row id of the first offending row.
 """
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,26 +41,120 @@ class FeatureSpec:
         return cls(tuple(d["columns"]), bool(d["vector"]))
 
 
-def resolve_features(schema: pa.Schema, features, origin: str, exclude=()) -> FeatureSpec:
-    """Choose the feature columns from ``features`` (None, a name or a list of names)."""
+# Numeric columns that hold labels or row ids by their name: left out of the default features
+# (and said so); a user who wants one names it in ``features``.
+NOT_FEATURE_NAMES = ("id", "idx", "index", "row", "row_id", "rowid", "key", "uuid", "label",
+                     "labels", "class", "classes", "target", "truth", "ground_truth", "cluster",
+                     "clusters", "category")
+NOT_FEATURE_PATTERNS = ("*_id", "*_ids", "*_idx", "*_label", "*_labels", "*_class", "*_target",
+                        "__index_level_*__")
+
+
+def looks_like_label_or_id(name: str) -> bool:
+    low = name.lower()
+    return low in NOT_FEATURE_NAMES or any(fnmatch.fnmatchcase(low, p) for p in NOT_FEATURE_PATTERNS)
+
+
+def _names(value) -> list[str]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else [str(v) for v in value]
+
+
+def _unique_names(schema: pa.Schema, origin: str) -> list[str]:
     names = schema.names
     dups = sorted({n for n in names if names.count(n) > 1})
     if dups:
         raise DataError(f"{origin}: column name(s) {', '.join(repr(d) for d in dups)} appear more "
                         f"than once; rename them (a column must be named unambiguously)")
-    if features is None:
-        lists = [f.name for f in schema if is_list_type(f.type)]
-        if len(lists) == 1:
-            features = lists
-        elif len(lists) > 1:
-            raise DataError(f"{origin}: several list columns {lists}; choose one with --features")
+    return names
+
+
+def _match(names: list[str], patterns: list[str], origin: str, what: str) -> list[str]:
+    """Columns named by ``patterns`` (exact names, or globs such as ``p*``), in the order given
+    and within a glob in the schema's order; a pattern that names nothing is an error."""
+    out = []
+    for pat in patterns:
+        if pat in names:
+            hits = [pat]
+        elif any(ch in pat for ch in "*?["):
+            hits = [n for n in names if fnmatch.fnmatchcase(n, pat)]
         else:
-            features = [f.name for f in schema if is_numeric_type(f.type) and f.name not in exclude]
-            if not features:
-                raise DataError(f"{origin}: no numeric or list column to use as features")
-    elif isinstance(features, str):
-        features = [features]
-    features = list(features)
+            hits = []
+        if not hits:
+            shown = ", ".join(names[:20]) + (f", … ({len(names)} columns)" if len(names) > 20 else "")
+            miss = "matches no column" if any(ch in pat for ch in "*?[") else "is missing"
+            raise DataError(f"{origin}: {what} '{pat}' {miss} (columns: {shown})")
+        out.extend(h for h in hits if h not in out)
+    return out
+
+
+@dataclass(frozen=True)
+class Selection:
+    """How the features were chosen: ``spec``, and when they were chosen by default, the numeric
+    columns left out and why (``{column: reason}``)."""
+
+    spec: "FeatureSpec"
+    by_default: bool
+    left_out: dict
+
+
+def describe_features(spec: FeatureSpec, left_out: dict) -> str:
+    """One line: which columns are the features and which numeric columns were left out, why."""
+    cols = spec.columns
+    shown = ", ".join(cols) if len(cols) <= 8 else f"{', '.join(cols[:3])}, …, {cols[-1]}"
+    head = (f"features: list column '{cols[0]}'" if spec.vector
+            else f"features: {len(cols)} column{'s' if len(cols) != 1 else ''} ({shown})")
+    if not left_out:
+        return head
+    why = "; ".join(f"'{c}' ({r})" for c, r in left_out.items())
+    return f"{head}; not used: {why}"
+
+
+def select_features(schema: pa.Schema, features, origin: str, exclude=(), reserved=()) -> Selection:
+    """Choose the feature columns.  ``features``: None (the only list column, else every numeric
+    column except ``reserved`` ones (the algorithm's label columns), ``exclude`` ones and those
+    named like labels or ids), a name, a glob (``p*``) or a list of them; ``exclude``: names or
+    globs taken out of the selection."""
+    names = _unique_names(schema, origin)
+    excluded = set(_match(names, _names(exclude), origin, "excluded column"))
+    left_out = {}
+    if features is None:
+        lists = [f.name for f in schema if is_list_type(f.type) and f.name not in excluded]
+        if len(lists) > 1:
+            raise DataError(f"{origin}: several list columns {lists}; choose one with --features")
+        if lists:
+            return Selection(resolve_features(schema, lists, origin), True, {})
+        chosen = []
+        for f in schema:
+            if not is_numeric_type(f.type):
+                continue
+            if f.name in reserved:
+                left_out[f.name] = "used by the algorithm"
+            elif f.name in excluded:
+                left_out[f.name] = "excluded"
+            elif looks_like_label_or_id(f.name):
+                left_out[f.name] = "a label or id by its name"
+            else:
+                chosen.append(f.name)
+        if not chosen:
+            raise DataError(f"{origin}: no numeric or list column to use as features"
+                            + (f" (left out: {', '.join(left_out)}; name them with --features)"
+                               if left_out else ""))
+        return Selection(resolve_features(schema, chosen, origin), True, left_out)
+    chosen = [n for n in _match(names, _names(features), origin, "feature column") if n not in excluded]
+    if not chosen:
+        raise DataError(f"{origin}: --exclude leaves no feature column")
+    return Selection(resolve_features(schema, chosen, origin), False, {})
+
+
+def resolve_features(schema: pa.Schema, features, origin: str, exclude=()) -> FeatureSpec:
+    """The feature columns named by ``features`` (a name or a list of names; None: the default
+    choice of :func:`select_features`)."""
+    if features is None:
+        return select_features(schema, None, origin, reserved=exclude).spec
+    names = _unique_names(schema, origin)
+    features = _names(features)
     for name in features:
         if name not in names:
             raise DataError(f"{origin}: missing feature column '{name}' (columns: {', '.join(names)})")
@@ -129,7 +224,12 @@ def batch_to_matrix(batch: pa.RecordBatch | pa.Table, spec: FeatureSpec, n_featu
     return np.ascontiguousarray(X, dtype=np.float32)
 
 
-def finite_mask(X: np.ndarray, policy: str, where) -> np.ndarray | None:
+def feature_name(spec: FeatureSpec, j: int) -> str:
+    """Feature ``j`` as the user knows it: its column, or ``column[j]`` in a list column."""
+    return f"column '{spec.columns[0]}' value {j}" if spec.vector else f"column '{spec.columns[j]}'"
+
+
+def finite_mask(X: np.ndarray, policy: str, where, spec: FeatureSpec | None = None) -> np.ndarray | None:
     """None when every value is finite; under ``skip`` the mask of rows to keep; else raise."""
     ok = np.isfinite(X).all(axis=1)
     if ok.all():
@@ -138,5 +238,6 @@ def finite_mask(X: np.ndarray, policy: str, where) -> np.ndarray | None:
         return ok
     i = _first_true(~ok)
     j = _first_true(~np.isfinite(X[i]))
-    raise DataError(f"{where(i)}: {X[i, j]} in feature {j}; use on_invalid='skip' "
+    name = feature_name(spec, j) if spec is not None else f"feature {j}"
+    raise DataError(f"{where(i)}: {X[i, j]} in {name}; use on_invalid='skip' "
                     f"(--skip-invalid) to drop such rows")

@@ -246,7 +246,7 @@ def build_graph(cache: FeatureCache, n_neighbors: int, directory: str, *, shard_
                 "min_shard_rows": int(min_shard_rows), "seed": int(seed), "threads": nt}
     meta_path = os.path.join(directory, META)
     old = _read_meta(meta_path)
-    fingerprint = cache.meta.get("fingerprint")
+    fingerprint = cache.identity  # the source and how its rows were cached (scaling, transform)
     if old is not None and all(old.get(key) == settings[key] for key in _KEY):
         if fingerprint is not None and old.get("cache") == fingerprint and old.get("n_rows") == n:
             return KNNGraph.load(directory)
@@ -299,28 +299,30 @@ def load_index(directory: str, threads: int = -1) -> KNNIndex:
     return KNNIndex.load(paths, meta["n_features"], meta["ef"], threads)
 
 
-def knn_graph(data, n_neighbors: int = 5, *, features=None, work_dir: str | None = None,
-              batch_size: int = 65536, on_invalid: str = "error", **options) -> KNNGraph:
+def knn_graph(data, n_neighbors: int = 5, *, features=None, exclude=None, work_dir: str | None = None,
+              batch_size: int = 65536, on_invalid: str = "error", scale: str = "none",
+              **options) -> KNNGraph:
     """The kNN graph of ``data`` (path, array, pyarrow data): ``.ids`` and ``.distances``.
 
     ``work_dir`` keeps the feature cache, the hnswlib shards and the graph for reuse and for
     appending rows later; without it they live in a temporary directory and the returned arrays
     are in memory.  ``options``: ``shard_rows``, ``min_shard_rows``, ``M``, ``ef_construction``,
-    ``ef``, ``seed``, ``threads``, ``progress``.
+    ``ef``, ``seed``, ``threads``, ``progress``.  ``features`` / ``exclude`` / ``scale``: as in
+    :func:`streamclust.fit`.
     """
     from .checkpoint import WorkDirLock
     for name, v in (("n_neighbors", n_neighbors), ("batch_size", batch_size)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             # checked before anything is written (the cache pass would leave a full cache)
             raise ParameterError(f"{name} must be an integer >= 1, got {v!r}")
-    d = open_data(data, features=features, on_invalid=on_invalid)
+    d = open_data(data, features=features, on_invalid=on_invalid, exclude=exclude)
     owned = work_dir is None
     created = not owned and not os.path.exists(work_dir)
     work_dir = tempfile.mkdtemp(prefix="streamclust-knn-") if owned else work_dir
     os.makedirs(work_dir, exist_ok=True)
     try:
         with WorkDirLock(work_dir):  # one writer per directory: a fit or another graph waits
-            cache = FeatureCache.build(d, work_dir, batch_size)
+            cache = FeatureCache.build(d, work_dir, batch_size, scale=scale)
             g = build_graph(cache, n_neighbors, os.path.join(work_dir, KNN_DIR),
                             batch_size=batch_size, **options)
             if owned:

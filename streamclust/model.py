@@ -21,8 +21,9 @@ class Model:
     """A fitted clustering: ``predict``, streaming ``predict_to_parquet``, ``evaluate``, ``save``."""
 
     def __init__(self, algo: Algorithm, spec: FeatureSpec | None, n_features: int,
-                 history: list | None = None, info: dict | None = None):
+                 history: list | None = None, info: dict | None = None, scaler=None):
         self.algorithm_ = algo
+        self.scaler = scaler  # streamclust.scaling.Scaler (fit(scale=...)) or None
         self.feature_spec = spec
         self.n_features = int(n_features)
         self.history = list(history or [])
@@ -59,10 +60,15 @@ class Model:
             raise DataError(f"predict: row {int(np.flatnonzero(bad)[0])} holds NaN or inf")
         return X
 
-    def _predict_rows(self, X: np.ndarray, soft: bool = False):
-        """The algorithm's prediction after the row transform it asked for (as in the fit)."""
+    def _model_rows(self, X: np.ndarray) -> np.ndarray:
+        """Rows as the algorithm saw them in the fit: scaled, then transformed."""
         from .transforms import apply
-        return self.algorithm_.predict(apply(self.algorithm_.requirements().transform, X), soft=soft)
+        if self.scaler is not None:
+            X = self.scaler.apply(X)
+        return apply(self.algorithm_.requirements().transform, X)
+
+    def _predict_rows(self, X: np.ndarray, soft: bool = False):
+        return self.algorithm_.predict(self._model_rows(X), soft=soft)
 
     def predict(self, X, soft: bool = False):
         """Labels (int32) for the rows of ``X``; with ``soft=True`` also the soft assignments."""
@@ -77,6 +83,22 @@ class Model:
         if d.n_features != self.n_features:
             raise DataError(f"{d.source.name}: {d.n_features} features, the model expects {self.n_features}")
         return d
+
+    def _as_table(self, X, y) -> pa.Table:
+        """Rows ``X`` (n × n_features) and labels ``y`` as a table with the model's columns."""
+        X = np.asarray(X)
+        if X.ndim != 2 or X.shape[1] != self.n_features:
+            raise DataError(f"evaluate: expected X of shape (n, {self.n_features}), got {X.shape}")
+        y = pa.array(np.asarray(y) if not isinstance(y, (pa.Array, pa.ChunkedArray)) else y)
+        if len(y) != len(X):
+            raise DataError(f"evaluate: {len(X)} rows but {len(y)} labels")
+        spec = self.feature_spec
+        if spec is None or spec.vector:
+            from .sources import array_to_table
+            t = array_to_table(X, spec.columns[0] if spec else "features")
+        else:
+            t = pa.table({c: np.asarray(X[:, j]) for j, c in enumerate(spec.columns)})
+        return t.append_column("__labels__", y)
 
     def predict_to_parquet(self, data, out: str, keep=None, batch_size: int = 65536,
                            on_invalid: str = "error", progress=None, overwrite: bool = False) -> dict:
@@ -112,9 +134,16 @@ class Model:
                         progress(len(labels))
         return {"rows": rows, "skipped": skipped, "out": out}
 
-    def evaluate(self, data, labels: str, batch_size: int = 65536, on_invalid: str = "error") -> dict:
-        """Stream ``data``; NMI and ACC against column ``labels``; Q for centroid models.  Null
-        and NaN labels count as ``unlabeled`` and stay out of the scores."""
+    def evaluate(self, data, labels, batch_size: int = 65536, on_invalid: str = "error") -> dict:
+        """Stream ``data`` and score the clustering against column ``labels``: ``nmi``, ``acc``
+        (one-to-one Hungarian matching of clusters to classes), ``acc_many_to_one`` (each cluster
+        to its majority class; the same number as ``purity``), and for centroid models the mean
+        squared distance of a row to its nearest centre (``quantization_error``, in the space the
+        model was fitted in: scaled, transformed) and its sum.  Null and NaN labels count as
+        ``unlabeled`` and stay out of the scores; ``on_invalid='skip'`` leaves rows with NaN/inf
+        features out (``skipped``).  ``evaluate(X, y)`` takes an array and its labels."""
+        if not isinstance(labels, str):  # evaluate(X, y): arrays
+            data, labels = self._as_table(data, labels), "__labels__"
         d = self._open(data, on_invalid)
         if labels not in d.source.schema.names:
             raise DataError(f"{d.source.name}: missing label column '{labels}'")
@@ -125,29 +154,35 @@ class Model:
         centers = getattr(self.algorithm_, "cluster_centers_", None)
         table = Contingency(self.n_clusters)
         q = 0.0
-        rows = unlabeled = 0
+        rows = unlabeled = skipped = 0
         from .distances import nearest_center
         for b in d.iter_batches(batch_size, keep=[labels]):
-            pred = self._predict_rows(b.X).labels
+            Z = self._model_rows(b.X)
+            pred = self.algorithm_.predict(Z).labels
             truth = b.columns.column(labels)
             if b.kept is not None:
                 truth = truth.filter(pa.array(b.kept))
+                skipped += int((~b.kept).sum())
             valid = np.asarray(truth.is_valid().to_numpy(zero_copy_only=False))
             if pa.types.is_floating(truth.type):  # NaN is no class (NaN != NaN made one per row)
                 valid &= ~np.isnan(truth.fill_null(0).to_numpy(zero_copy_only=False))
             unlabeled += int((~valid).sum())
             table.add(truth.filter(pa.array(valid)).to_numpy(zero_copy_only=False), pred[valid])
             if centers is not None:
-                q += float(nearest_center(b.X, centers)[1].sum())
+                q += float(nearest_center(Z, centers)[1].sum())
             rows += len(pred)
         if rows == 0:
             raise DataError(f"{d.source.name}: the data set is empty")
         C = table.table
+        purity = table.purity()
         out = {"rows": rows, "unlabeled": unlabeled, "nmi": table.nmi(), "acc": table.acc(),
-               "purity": table.purity(), "n_classes": len(table.classes),
+               "acc_many_to_one": purity, "purity": purity, "n_classes": len(table.classes),
                "clusters_used": int((C.sum(axis=0)[:self.n_clusters] > 0).sum())}
+        if d.on_invalid == "skip":
+            out["skipped"] = skipped
         if centers is not None:
-            out["quantization_error"] = q
+            out["quantization_error"] = q / rows
+            out["quantization_error_sum"] = q
         return out
 
     # -- persistence (streamclust/model_files.py) -------------------------------------------------

@@ -101,6 +101,7 @@ def save_model(model, path: str, overwrite: bool = False) -> str:
                 "params": model.params, "features": None if model.feature_spec is None else
                 model.feature_spec.to_json(), "n_features": model.n_features,
                 "history": model.history, "info": model.info, "state": extra,
+                "scale": None if model.scaler is None else model.scaler.to_json(),
                 "arrays": sorted(arrays), "arrays_sha256": _sha256(os.path.join(tmp, ARRAYS)),
                 "files": files}
         meta = json.loads(json.dumps(_jsonable(meta)))  # as a reader will see it
@@ -178,4 +179,6 @@ def load_model(path: str, host=None):
     except StreamclustError as e:
         raise ModelError(f"{path}: {e}") from None
     spec = FeatureSpec.from_json(meta["features"]) if meta.get("features") else None
-    return Model(algo, spec, n_features, meta.get("history"), meta.get("info"))
+    from .scaling import Scaler
+    scaler = Scaler.from_json(meta.get("scale"), n_features, mj)
+    return Model(algo, spec, n_features, meta.get("history"), meta.get("info"), scaler=scaler)

@@ -17,7 +17,8 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from .errors import DataError
-from .features import FeatureSpec, batch_to_matrix, finite_mask, resolve_features, INVALID_POLICIES
+from .features import (FeatureSpec, INVALID_POLICIES, batch_to_matrix, finite_mask,
+                       select_features)
 
 PARQUET_EXT = (".parquet", ".parq", ".pq")
 IPC_EXT = (".arrow", ".feather", ".ipc", ".arrows")
@@ -242,6 +243,7 @@ class Data:
     n_features: int
     on_invalid: str = "error"
     passthrough: tuple[str, ...] = field(default_factory=tuple)
+    left_out: dict = field(default_factory=dict)  # numeric columns not taken by default, and why
 
     @property
     def n_rows(self):
@@ -255,7 +257,7 @@ class Data:
             def where(i, origin=origin, row0=row0, start=start):
                 return f"{origin}: row {row0 + i} (global row {start + i})"
             X = batch_to_matrix(rb, self.spec, self.n_features, where)
-            mask = finite_mask(X, self.on_invalid, where)
+            mask = finite_mask(X, self.on_invalid, where, self.spec)
             if mask is not None:
                 X = np.ascontiguousarray(X[mask])
             X.flags.writeable = False
@@ -279,18 +281,21 @@ def _make_source(data) -> tuple[Source, object]:
     if isinstance(data, (pa.Table, pa.RecordBatch, pa.RecordBatchReader)):
         return TableSource(data), None
     if isinstance(data, (str, os.PathLike)):
+        from .csv_source import CSV_EXT, is_csv, open_csv_source
         path = os.fspath(data)
-        probe = path
         if os.path.isdir(path):
-            has_ipc = any(f.lower().endswith(IPC_EXT) for _, _, fs in os.walk(path) for f in fs)
-            has_pq = any(f.lower().endswith(PARQUET_EXT) for _, _, fs in os.walk(path) for f in fs)
-            if has_ipc and has_pq:
-                raise DataError(f"{path}: holds both Parquet and Arrow IPC files; point at one kind "
+            names = [f.lower() for _, _, fs in os.walk(path) for f in fs]
+            kinds = [k for k, ext in (("Parquet", PARQUET_EXT), ("Arrow IPC", IPC_EXT), ("CSV", CSV_EXT))
+                     if any(f.endswith(ext) for f in names)]
+            if len(kinds) > 1:
+                raise DataError(f"{path}: holds {' and '.join(kinds)} files; point at one kind "
                                 f"(a glob such as {os.path.join(path, '*.parquet')})")
-            return (IPCSource(path) if has_ipc else ParquetSource(path)), None
-        if probe.lower().endswith(IPC_EXT):
-            return IPCSource(path), None
-        return ParquetSource(path), None
+            kind = kinds[0] if kinds else "Parquet"
+        else:
+            kind = "Arrow IPC" if path.lower().endswith(IPC_EXT) else "CSV" if is_csv(path) else "Parquet"
+        if kind == "CSV":
+            return open_csv_source(path), None
+        return (IPCSource(path) if kind == "Arrow IPC" else ParquetSource(path)), None
     raise DataError(f"cannot read data of type {type(data).__name__}: give a path, a NumPy array, "
                     f"or a pyarrow Table / RecordBatchReader")
 
@@ -313,17 +318,23 @@ def _peek_n_features(source: Source, spec: FeatureSpec) -> int:
     raise DataError(f"{source.name}: the data set is empty")
 
 
-def open_data(data, features=None, on_invalid: str = "error", exclude=()) -> Data:
-    """Open anything accepted (path, glob, directory, NumPy array, pyarrow data) as :class:`Data`."""
+def open_data(data, features=None, on_invalid: str = "error", exclude=(), reserved=()) -> Data:
+    """Open anything accepted (path, glob, directory, NumPy array, pyarrow data) as :class:`Data`.
+    ``features`` / ``exclude``: names or globs (see :func:`streamclust.features.select_features`);
+    ``reserved``: columns the algorithm reads as labels, never taken as features by default."""
     if on_invalid not in INVALID_POLICIES:
         raise DataError(f"on_invalid must be one of {INVALID_POLICIES}, got {on_invalid!r}")
     if isinstance(data, Data):
         return data
     source, default = _make_source(data)
-    spec = default if isinstance(default, FeatureSpec) else resolve_features(
-        source.schema, features if features is not None else default, source.name, exclude)
+    if isinstance(default, FeatureSpec):
+        spec, left_out = default, {}
+    else:
+        sel = select_features(source.schema, features if features is not None else default,
+                              source.name, exclude=exclude, reserved=reserved)
+        spec, left_out = sel.spec, sel.left_out
     n_features = _peek_n_features(source, spec)
     if n_features < 1:
         raise DataError(f"{source.name}: feature column '{spec.columns[0]}' has no values")
     passthrough = tuple(n for n in source.schema.names if n not in spec.columns)
-    return Data(source, spec, n_features, on_invalid, passthrough)
+    return Data(source, spec, n_features, on_invalid, passthrough, left_out)

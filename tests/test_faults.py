@@ -118,7 +118,7 @@ def test_concurrent_graph_and_fit_on_one_work_directory(tmp_path):
     import subprocess
     import sys
     from scipy.spatial.distance import cdist
-    from streamclust.knn import KNN_DIR, KNNGraph
+    from streamclust.knn import KNN_DIR, META, KNNGraph
     X, data = _graph_data(tmp_path)
     work = str(tmp_path / "w")
     cli = [sys.executable, "-m", "streamclust.cli"]
@@ -134,6 +134,11 @@ def test_concurrent_graph_and_fit_on_one_work_directory(tmp_path):
     assert any(p.returncode == 0 for p in procs)
     if os.path.exists(os.path.join(work, KNN_DIR, "graph_ids.npy")):
         g = KNNGraph.load(os.path.join(work, KNN_DIR))
+        # the graph of the rows as cached for the run that wrote it: raw (graph) or unit-norm
+        # (SLK's default l2 transform; it does not reuse a graph of the raw rows)
+        with open(os.path.join(work, KNN_DIR, META)) as f:
+            cached = json.loads(json.load(f)["cache"])
+        X = X / np.linalg.norm(X, axis=1, keepdims=True) if cached["transform"] == "l2" else X
         D = cdist(X.astype(np.float32), X.astype(np.float32), "sqeuclidean")
         np.fill_diagonal(D, np.inf)
         true = np.argsort(D, axis=1)[:, :g.n_neighbors]

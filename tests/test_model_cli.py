@@ -5,6 +5,7 @@ import numpy as np
 import pyarrow.parquet as pq
 from click.testing import CliRunner
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+from sklearn.metrics.cluster import contingency_matrix
 
 import streamclust
 from streamclust.cli import main
@@ -49,16 +50,19 @@ def test_cli_fit_predict_evaluate_info(tmp_path, blob_dir, blobs):
     np.testing.assert_array_equal(t.column("cluster").to_numpy(), model.predict(X))
     assert adjusted_rand_score(y, t.column("cluster").to_numpy()) > 0.95
 
-    res = r.invoke(main, ["evaluate", str(out), blob_dir, "--labels", "label"])
+    res = r.invoke(main, ["evaluate", str(out), blob_dir, "--labels", "label", "--json"])
     assert res.exit_code == 0, res.output
     ev = json.loads(res.output)
     labels = model.predict(X)
     assert abs(ev["nmi"] - normalized_mutual_info_score(y, labels)) < 1e-12
     assert abs(ev["acc"] - accuracy(y, labels)) < 1e-12
-    assert abs(ev["quantization_error"] - quantization_error(X.astype(np.float32), model.means_)) \
-        < 1e-9 * ev["quantization_error"]
+    q = quantization_error(X.astype(np.float32), model.means_)  # the sum over the rows
+    assert abs(ev["quantization_error"] - q / len(X)) < 1e-9 * ev["quantization_error"]
+    assert abs(ev["quantization_error_sum"] - q) < 1e-9 * q
+    cm = contingency_matrix(y, labels)  # many-to-one: each cluster to its majority class
+    assert ev["acc_many_to_one"] == ev["purity"] == cm.max(axis=0).sum() / len(y)
 
-    res = r.invoke(main, ["info", blob_dir])
+    res = r.invoke(main, ["info", blob_dir, "--json"])
     info = json.loads(res.output)
     assert info["rows"] == 600 and info["files"] == 3 and info["n_features"] == 5
     res = r.invoke(main, ["plugins"])

@@ -38,7 +38,7 @@ import numba
 import numpy as np
 
 from streamclust import Algorithm, Assignment, EpochReport, Param, Requirements
-from streamclust.toolkit import (NON_NEGATIVE, POSITIVE, ParameterError, afkmc2, afkmc2_stream,
+from streamclust.toolkit import (NON_NEGATIVE, ParameterError, afkmc2, afkmc2_stream,
                                  afkmc2_trials, at_least, kmeanspp, nearest_center, weights_of)
 
 from .kernels import Accum, EStepConfig, GMMParams, estep, posterior
@@ -90,7 +90,7 @@ class DGMM(Algorithm):
                                 "the potential most (0: auto, summaries.afkmc2_trials; 1: the "
                                 "paper's plain AFK-MC2)",
                                 NON_NEGATIVE),
-        "tol": Param(1e-3, float, "stop when |ΔF/F| < tol", POSITIVE),
+        "tol": Param(1e-3, float, "stop when |ΔF/F| < tol (0: run max-epochs)", NON_NEGATIVE),
         "init": Param("afkmc2", str, "seeding of the means", choices=("afkmc2", "kmeans++")),
         "sigma2_init": Param("hard", str, "first E-step: 'hard' assignments to the nearest "
                              "candidate (σ² → 0; σ² then comes from the M-step), or 'variance' "
@@ -103,7 +103,8 @@ class DGMM(Algorithm):
                                "from each row's nearest means (an index over the means): -1 "
                                "until |ΔF/F| < tol, 0 none, n at most n epochs", at_least(-1)),
         "refine_tol": Param(5e-3, float, "refinement stops when |ΔF/F| < refine_tol (a polish "
-                            "of a converged solution: looser than tol)", POSITIVE),
+                            "of a converged solution: looser than tol; 0: until max-epochs)",
+                            NON_NEGATIVE),
         "index_probe": Param(1, int, "leaves of the k-means tree over the means searched per "
                              "row when K(n) starts from it (refinement, full-data start)",
                              at_least(1)),

@@ -94,7 +94,8 @@ class ISM(Algorithm):
                       "(Taylor) start at the full q", choices=("grow", "spectral")),
         "inner_iterations": Param(10, int, "ISM W iterations per round", at_least(1)),
         "max_rounds": Param(20, int, "U/W rounds per stage", at_least(1)),
-        "tol": Param(1e-3, float, "stop when U and W change less than this", POSITIVE),
+        "tol": Param(1e-3, float, "stop when U and W change less than this (0: run max_rounds)",
+                     NON_NEGATIVE),
         "standardize": Param(True, bool, "scale every feature to unit variance (after centring)"),
         "normalize": Param(False, bool, "scale every row to unit length first (count data such "
                            "as word counts); predict applies it too"),

@@ -6,7 +6,6 @@ dm = diag(D^{-1/2}), K̃ = dm K dm, U the top eigenvectors of H K̃ H, Yc = H Y 
 from __future__ import annotations
 
 import numpy as np
-from scipy.linalg import eigh
 
 from . import kernels as kn
 from . import lanczos as lz
@@ -20,6 +19,12 @@ EIG_TOL = 1e-8  # Lanczos: residual ≤ EIG_TOL · |eigenvalue| (U changes are j
 LANCZOS_BUDGET = 0.5
 LANCZOS_CHECK = 4  # Lanczos checks convergence every this many steps (a warm start stops early)
 
+
+
+def eigh(*args, **kwargs):
+    """scipy.linalg.eigh, imported when first used (0.3 s at every start-up otherwise)."""
+    from scipy.linalg import eigh as _eigh
+    return _eigh(*args, **kwargs)
 
 def sqdist(P: np.ndarray, Q: np.ndarray | None = None) -> np.ndarray:
     """Squared Euclidean distances between the rows of P and Q (float64, clipped at 0)."""

@@ -1,0 +1,221 @@
+"""What a new user meets first (issue 18): which columns are features, scaling, evaluation on
+arrays and its scores, CSV input, tol=0, machine-readable output, logging.  Each test failed on
+the main of 2026-11-23."""
+import json
+import logging
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+from sklearn.metrics import normalized_mutual_info_score
+from sklearn.metrics.cluster import contingency_matrix
+from sklearn.preprocessing import MinMaxScaler, StandardScaler
+
+import streamclust
+from streamclust.cli import main
+from streamclust.testing import make_blobs
+
+
+def _pixels_table(n=800, d=16, k=4, seed=0):
+    """Columns p0..p15 plus `label` and `id`: the id column's range (0..n) dwarfs the features."""
+    X, y = make_blobs(n=n, k=k, d=d, seed=seed)
+    cols = {f"p{j}": pa.array(X[:, j]) for j in range(d)}
+    cols["label"] = pa.array(y.astype(np.int64))
+    cols["id"] = pa.array(np.arange(n, dtype=np.int64))
+    return X, y, pa.table(cols)
+
+
+def _run(args):
+    r = CliRunner().invoke(main, args)
+    return r.exit_code, r.output
+
+
+def test_label_and_id_columns_are_not_taken_as_features_and_the_cli_says_so(tmp_path):
+    X, y, t = _pixels_table()
+    path = str(tmp_path / "usps_cols.parquet")
+    pq.write_table(t, path)
+    code, text = _run(["fit", path, "-k", "4", "-o", str(tmp_path / "m"), "--set", "coreset_size=400"])
+    assert code == 0, text
+    assert "features: 16 columns (p0, p1, p2, …, p15)" in text
+    assert "not used: 'label' (a label or id by its name); 'id' (a label or id by its name)" in text
+    m = streamclust.load_model(str(tmp_path / "m"))
+    assert m.feature_spec.columns == tuple(f"p{j}" for j in range(16))
+    assert normalized_mutual_info_score(y, m.predict(X)) > 0.9
+    # the same model as naming the pixels by a glob, or every column minus an exclusion
+    for args in (["-f", "p*"], ["-f", "*", "--exclude", "label,id"]):
+        code, text = _run(["fit", path, "-k", "4", "-o", str(tmp_path / "g"), "--overwrite",
+                           "--set", "coreset_size=400", "-q", *args])
+        assert code == 0, text
+        g = streamclust.load_model(str(tmp_path / "g"))
+        np.testing.assert_array_equal(g.means_, m.means_)
+    # a label column the user names is used; a glob that matches nothing is named
+    sel = streamclust.open_data(path, features=["p0", "label"])
+    assert sel.spec.columns == ("p0", "label")
+    code, text = _run(["fit", path, "-k", "4", "-o", str(tmp_path / "x"), "-f", "q*"])
+    assert code == 1 and "feature column 'q*' matches no column" in text
+    code, text = _run(["fit", path, "-k", "4", "-o", str(tmp_path / "x"), "--exclude", "lable"])
+    assert code == 1 and "excluded column 'lable' is missing" in text
+
+
+def test_ism_without_given_leaves_label_and_id_out(tmp_path):
+    _, _, t = _pixels_table(n=200)
+    d = streamclust.open_data(t, reserved=())
+    assert d.spec.columns == tuple(f"p{j}" for j in range(16))
+    assert set(d.left_out) == {"label", "id"}
+
+
+def test_errors_name_the_column_not_its_position(tmp_path):
+    _, _, t = _pixels_table(n=100)
+    p5 = t.column("p5").to_numpy().copy()
+    p5[17] = np.nan
+    t = t.set_column(t.schema.get_field_index("p5"), "p5", pa.array(p5))
+    path = str(tmp_path / "nan.parquet")
+    pq.write_table(t, path)
+    code, text = _run(["fit", path, "-k", "2", "-o", str(tmp_path / "m"), "-q"])
+    assert code == 1 and "row 17" in text and "column 'p5'" in text and "feature 5" not in text
+
+
+@pytest.mark.parametrize("method,ref", [("standard", StandardScaler), ("minmax", MinMaxScaler)])
+def test_scaling_statistics_match_sklearn_and_predict_applies_them(tmp_path, method, ref):
+    X, y = make_blobs(n=3000, k=3, d=4, seed=2)
+    X = X * np.array([0.01, 1.0, 300.0, 5e3]) + np.array([5.0, -2.0, 1e4, 0.0])
+    X[:, 1] = 7.0 if method == "minmax" else X[:, 1]  # a constant column: shifted to 0, not divided
+    X = X.astype(np.float32)
+    work = str(tmp_path / "w")
+    m = streamclust.fit(X, "dgmm", 3, scale=method, batch_size=333, work_dir=work, progress=False,
+                        coreset_size=500)
+    want = ref().fit_transform(X.astype(np.float64))
+    cache = np.fromfile(os.path.join(work, "features.f32"), np.float32).reshape(X.shape)
+    np.testing.assert_allclose(cache, want, rtol=1e-5, atol=1e-6)
+    # exact streamed statistics: another batch size gives the same cache to the last bit
+    other = streamclust.fit(X, "dgmm", 3, scale=method, batch_size=1000, work_dir=str(tmp_path / "v"),
+                            progress=False, coreset_size=500)
+    np.testing.assert_array_equal(np.fromfile(str(tmp_path / "v" / "features.f32"), np.float32),
+                                  cache.reshape(-1))
+    assert other.scaler.method == method
+    # predict scales raw rows as the fit did: its labels are the nearest scaled means
+    labels = m.predict(X)
+    d2 = ((want[:, None, :] - m.means_[None].astype(np.float64)) ** 2).sum(-1)
+    assert (labels == d2.argmin(1)).mean() > 0.999
+    assert normalized_mutual_info_score(y, labels) > 0.95
+    m.save(str(tmp_path / "model"))
+    np.testing.assert_array_equal(streamclust.load_model(str(tmp_path / "model")).predict(X), labels)
+    with pytest.raises(streamclust.ParameterError, match="scale must be one of"):
+        streamclust.fit(X, "dgmm", 3, scale="zscore", progress=False)
+
+
+def test_scaling_changes_the_knn_graph_a_work_directory_reuses(tmp_path):
+    """A graph of raw rows was reused for rows cached otherwise (the cache key had the transform,
+    the graph's only the source): it must be rebuilt, and equal brute force on the scaled rows."""
+    from sklearn.neighbors import NearestNeighbors
+    X, _ = make_blobs(n=1500, k=5, d=3, seed=4)
+    X = (X * np.array([1.0, 1.0, 1e3])).astype(np.float32)
+    path = str(tmp_path / "d.parquet")
+    pq.write_table(pa.table({f"x{j}": X[:, j] for j in range(3)}), path)
+    work = str(tmp_path / "w")
+    streamclust.knn_graph(path, 5, work_dir=work)
+    g = streamclust.knn_graph(path, 5, work_dir=work, scale="standard")
+    Z = StandardScaler().fit_transform(X.astype(np.float64))
+    true = NearestNeighbors(n_neighbors=6).fit(Z).kneighbors(Z, return_distance=False)[:, 1:]
+    recall = np.mean([len(set(a) & set(b)) / 5 for a, b in zip(g.ids, true)])
+    assert recall > 0.95
+
+
+def test_evaluate_arrays_purity_and_mean_quantisation_error(tmp_path):
+    X, y = make_blobs(n=900, k=3, d=4, seed=3)
+    m = streamclust.fit(X, "dgmm", 12, progress=False, coreset_size=300)
+    ev = m.evaluate(X, y)  # arrays (it failed: "labels" had to be a column name)
+    labels = m.predict(X)
+    cm = contingency_matrix(y, labels)
+    assert ev["acc_many_to_one"] == ev["purity"] == cm.max(axis=0).sum() / len(y)
+    from scipy.optimize import linear_sum_assignment
+    r, c = linear_sum_assignment(-cm)  # one-to-one: 3 classes take 3 of the 12 clusters
+    assert ev["acc"] == cm[r, c].sum() / len(y) < ev["purity"]
+    d2 = ((X[:, None, :].astype(np.float64) - m.means_[None].astype(np.float64)) ** 2).sum(-1)
+    assert abs(ev["quantization_error"] - d2.min(1).mean()) < 1e-4 * ev["quantization_error"]
+    with pytest.raises(streamclust.DataError, match="900 rows but 899 labels"):
+        m.evaluate(X, y[:-1])
+
+
+def test_evaluate_skip_invalid_and_json(tmp_path):
+    X, y, t = _pixels_table(n=400)
+    p0 = t.column("p0").to_numpy().copy()
+    p0[[3, 9]] = np.inf
+    t = t.set_column(0, "p0", pa.array(p0))
+    path = str(tmp_path / "d.parquet")
+    pq.write_table(t, path)
+    code, text = _run(["fit", path, "-k", "4", "-o", str(tmp_path / "m"), "--skip-invalid", "--json",
+                       "-q", "--set", "coreset_size=200"])
+    assert code == 0, text
+    fitted = json.loads(text)
+    assert fitted["rows"] == 398 and fitted["rows_skipped"] == 2 and fitted["n_features"] == 16
+    assert fitted["features_left_out"] == {"label": "a label or id by its name",
+                                           "id": "a label or id by its name"}
+    code, text = _run(["evaluate", str(tmp_path / "m"), path, "--labels", "label"])
+    assert code == 1 and "--skip-invalid" in text
+    code, text = _run(["evaluate", str(tmp_path / "m"), path, "--labels", "label", "--skip-invalid",
+                       "--json"])
+    ev = json.loads(text)
+    keep = np.isfinite(p0)
+    labels = streamclust.load_model(str(tmp_path / "m")).predict(X[keep])
+    assert ev["skipped"] == 2 and ev["rows"] == 398
+    assert abs(ev["nmi"] - normalized_mutual_info_score(y[keep], labels)) < 1e-12
+    code, text = _run(["evaluate", str(tmp_path / "m"), path, "--labels", "label", "--skip-invalid"])
+    assert code == 0 and "acc_many_to_one" in text and not text.lstrip().startswith("{")
+    code, text = _run(["plugins", "--json"])
+    assert code == 0 and json.loads(text)["algorithms"]["dgmm"]["params"]["tol"]["default"] == 1e-3
+    code, text = _run(["info", path, "--json"])
+    info = json.loads(text)
+    assert info["features"] == [f"p{j}" for j in range(16)] and info["cache_bytes"] == 400 * 16 * 4
+    code, text = _run(["--version"])
+    assert code == 0 and streamclust.__version__ in text
+
+
+def test_csv_is_read_streamed_like_parquet(tmp_path):
+    X, y, t = _pixels_table(n=3000, d=4)
+    import pyarrow.csv as pacsv
+    os.makedirs(tmp_path / "csv")
+    pq.write_table(t, str(tmp_path / "d.parquet"))
+    pacsv.write_csv(t.slice(0, 1700), str(tmp_path / "csv" / "a.csv"))
+    pacsv.write_csv(t.slice(1700), str(tmp_path / "csv" / "b.csv"))
+    kw = dict(progress=False, coreset_size=500, batch_size=256)
+    a = streamclust.fit(str(tmp_path / "d.parquet"), "dgmm", 4, **kw)
+    b = streamclust.fit(str(tmp_path / "csv"), "dgmm", 4, **kw)
+    assert b.feature_spec.columns == ("p0", "p1", "p2", "p3") and b.info["rows"] == 3000
+    np.testing.assert_array_equal(a.means_, b.means_)
+    out = str(tmp_path / "p.parquet")
+    b.predict_to_parquet(str(tmp_path / "csv" / "*.csv"), out, keep=["id"])
+    got = pq.read_table(out)
+    assert got.column("id").to_pylist() == list(range(3000))
+    np.testing.assert_array_equal(got.column("cluster").to_numpy(), a.predict(X))
+    # a value that does not fit the column's inferred type is named with its file
+    with open(tmp_path / "bad.csv", "w") as f:
+        f.write("a,b\n" + "1,2\n" * 5 + "1.5,2\n")
+    import streamclust.csv_source as cs
+    old, cs.BLOCK_BYTES = cs.BLOCK_BYTES, 16  # the type is inferred from the first block
+    try:
+        with pytest.raises(streamclust.DataError, match=r"bad\.csv.*conversion error"):
+            streamclust.fit(str(tmp_path / "bad.csv"), "dgmm", 2, progress=False)
+    finally:
+        cs.BLOCK_BYTES = old
+
+
+def test_tol_zero_runs_max_epochs():
+    X, _ = make_blobs(n=500, k=3, d=3, seed=0)
+    m = streamclust.fit(X, "dgmm", 3, tol=0.0, max_epochs=7, progress=False, refine_epochs=0)
+    assert len(m.history) == 7 and not m.info["converged"]
+    m = streamclust.fit(X, "ism", 3, tol=0, max_epochs=2, progress=False)
+    assert m.history
+
+
+def test_a_fit_logs_what_it_does(caplog):
+    X, y, t = _pixels_table(n=300)
+    with caplog.at_level(logging.DEBUG, logger="streamclust"):
+        streamclust.fit(t, "dgmm", 4, progress=False, coreset_size=100)
+    text = caplog.text
+    assert "features: 16 columns" in text and "not used: 'label'" in text
+    assert "feature cache: 300 rows × 16 features" in text
+    assert "epoch 0: objective" in text and "dgmm: 4 clusters" in text
