@@ -19,11 +19,26 @@ def atomic_path(path: str, suffix: str = ".tmp"):
     os.close(fd)
     try:
         yield tmp
+        os.chmod(tmp, 0o666 & ~umask())  # mkstemp made it 0600: the mode an open() would give
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.remove(tmp)
         raise
+
+
+def umask() -> int:
+    """The process's umask (read from /proc where it can be, without changing it)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    old = os.umask(0o022)  # elsewhere: set and restore
+    os.umask(old)
+    return old
 
 
 def atomic_json(path: str, obj, indent: int | None = 1) -> None:

@@ -195,13 +195,18 @@ def fit(data, algorithm, clusters, features, exclude, scale, sets, seed, batch_s
 @click.option("--batch-size", type=int, default=65536, show_default=True)
 @click.option("--skip-invalid", is_flag=True, help="Label rows with NaN/inf -1 instead of failing.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --out (never an input file).")
-def predict(model_dir, data, out, keep, batch_size, skip_invalid, overwrite):
+@click.option("--soft", is_flag=True, help="Add 'soft': the probability of every cluster (list<float32>).")
+@click.option("--soft-top", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Add the N most probable clusters per row ('soft_clusters', 'soft_probs'), for large k.")
+def predict(model_dir, data, out, keep, batch_size, skip_invalid, overwrite, soft, soft_top):
     """Label every row of DATA with MODEL_DIR; write passthrough columns + cluster to --out."""
     from .model import load_model
     model = load_model(model_dir)
+    if soft and soft_top:
+        raise click.UsageError("give --soft or --soft-top, not both")
     res = model.predict_to_parquet(data, out, keep=_split(keep), batch_size=batch_size,
                                    on_invalid="skip" if skip_invalid else "error",
-                                   overwrite=overwrite)
+                                   overwrite=overwrite, soft=soft_top or soft)
     click.echo(f"{res['rows']} rows labelled ({res['skipped']} skipped) -> {res['out']}")
 
 

@@ -101,19 +101,29 @@ class Model:
         return t.append_column("__labels__", y)
 
     def predict_to_parquet(self, data, out: str, keep=None, batch_size: int = 65536,
-                           on_invalid: str = "error", progress=None, overwrite: bool = False) -> dict:
+                           on_invalid: str = "error", progress=None, overwrite: bool = False,
+                           soft: int | bool = 0) -> dict:
         """Stream ``data`` and write ``keep`` columns + ``cluster`` (int32; -1 for skipped rows)
         to the Parquet file ``out`` (written to a temporary name, then renamed).  An existing
-        ``out`` is refused unless ``overwrite``; one of the input files never is overwritten."""
+        ``out`` is refused unless ``overwrite``; one of the input files never is overwritten.
+        ``soft=True`` adds ``soft`` (``list<float32>``, the k probabilities of each row);
+        ``soft=n`` the n most probable clusters, ``soft_clusters`` (``list<int32>``) and
+        ``soft_probs`` (``list<float32>``), for large k.  Skipped rows get nulls."""
+        top = _soft_top(soft, self)
         d = self._open(data, on_invalid)
         check_output_file(out, getattr(d.source, "files", ()), overwrite)
         keep = list(d.passthrough if keep is None else keep)
         for c in keep:
             if c not in d.source.schema.names:
                 raise DataError(f"{d.source.name}: missing column '{c}' to keep")
-        if "cluster" in keep:
-            raise DataError(f"{d.source.name}: column 'cluster' would be overwritten; do not keep it")
+        added = ["cluster"] + ([] if not top else ["soft"] if top == self.n_clusters and soft is True
+                                else ["soft_clusters", "soft_probs"])
+        for c in added:
+            if c in keep:
+                raise DataError(f"{d.source.name}: column '{c}' would be overwritten; do not keep it")
         fields = [d.source.schema.field(c) for c in keep] + [pa.field("cluster", pa.int32())]
+        fields += [pa.field(c, pa.list_(pa.int32() if c == "soft_clusters" else pa.float32()))
+                   for c in added[1:]]
         schema = pa.schema(fields)
         out_dir = os.path.dirname(os.path.abspath(out))
         os.makedirs(out_dir, exist_ok=True)
@@ -121,14 +131,17 @@ class Model:
         with atomic_path(out) as tmp:
             with pq.ParquetWriter(tmp, schema) as w:
                 for b in d.iter_batches(batch_size, keep=keep):
-                    labels = self._predict_rows(b.X).labels.astype(np.int32)
+                    a = self._predict_rows(b.X, soft=bool(top))
+                    labels = a.labels.astype(np.int32)
+                    extra = _soft_columns(a.soft, top, added[1:], b.kept)
                     if b.kept is not None:
                         full = np.full(len(b.kept), -1, dtype=np.int32)
                         full[b.kept] = labels
                         skipped += int((~b.kept).sum())
                         labels = full
                     cols = [b.columns.column(c) for c in keep] if keep else []
-                    w.write_table(pa.Table.from_arrays(cols + [pa.array(labels, pa.int32())], schema=schema))
+                    w.write_table(pa.Table.from_arrays(cols + [pa.array(labels, pa.int32())] + extra,
+                                                       schema=schema))
                     rows += len(labels)
                     if progress:
                         progress(len(labels))
@@ -195,6 +208,40 @@ class Model:
     def __repr__(self) -> str:
         return (f"Model(algorithm={self.algorithm!r}, n_clusters={self.n_clusters}, "
                 f"n_features={self.n_features}, epochs={len(self.history)})")
+
+
+def _soft_top(soft, model) -> int:
+    """How many probabilities per row ``predict_to_parquet(soft=...)`` writes (0: none)."""
+    if soft is False or soft is None or soft == 0:
+        return 0
+    if not model.algorithm_.soft_predict:
+        raise DataError(f"algorithm '{model.algorithm}' gives no soft assignments")
+    if soft is True:
+        return model.n_clusters
+    if isinstance(soft, bool) or not isinstance(soft, (int, np.integer)) or soft < 1:
+        raise DataError(f"soft must be True or a number of clusters >= 1, got {soft!r}")
+    return min(int(soft), model.n_clusters)
+
+
+def _soft_columns(P, top: int, names, kept) -> list:
+    """The Arrow columns of the soft output (nulls for rows skipped as invalid)."""
+    if not top:
+        return []
+    P = np.asarray(P, dtype=np.float32)
+    n = len(P) if kept is None else len(kept)
+
+    def lists(values, width, t):
+        rows = np.ones(n, dtype=bool) if kept is None else kept
+        offsets = np.concatenate([[0], np.cumsum(np.where(rows, width, 0))]).astype(np.int32)
+        flat = pa.array(np.ascontiguousarray(values).reshape(-1), t)
+        return pa.ListArray.from_arrays(pa.array(offsets), flat,
+                                        mask=None if kept is None else pa.array(~kept))
+
+    if names == ["soft"]:
+        return [lists(P, P.shape[1], pa.float32())]
+    order = np.argsort(-P, axis=1, kind="stable")[:, :top].astype(np.int32)
+    probs = np.take_along_axis(P, order, axis=1)
+    return [lists(order, top, pa.int32()), lists(probs, top, pa.float32())]
 
 
 def load_model(path: str, host=None) -> "Model":

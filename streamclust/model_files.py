@@ -108,6 +108,8 @@ def save_model(model, path: str, overwrite: bool = False) -> str:
         meta["sha256"] = _meta_digest(meta)
         with open(os.path.join(tmp, MODEL_JSON), "w") as f:
             json.dump(meta, f, indent=1)
+        from .atomic import umask
+        os.chmod(tmp, 0o777 & ~umask())  # mkdtemp made it 0700: the mode a mkdir would give
         old = None
         if os.path.exists(path):
             check_model_out(path, overwrite)  # again: another writer may have come meanwhile

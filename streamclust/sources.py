@@ -269,6 +269,22 @@ class Data:
             start += rb.num_rows
 
 
+def _frame_to_arrow(data) -> pa.Table | None:
+    """A pandas or polars data frame (or anything with ``to_arrow`` / the Arrow C stream) as a
+    pyarrow Table; None for anything else.  Neither library is imported here."""
+    module = type(data).__module__.split(".")[0]
+    try:
+        if module == "polars" and hasattr(data, "to_arrow"):
+            return data.to_arrow()
+        if module == "pandas" and hasattr(data, "columns"):
+            return pa.Table.from_pandas(data, preserve_index=False)
+        if hasattr(data, "__arrow_c_stream__"):
+            return pa.table(data)
+    except (pa.ArrowException, TypeError, ValueError) as e:
+        raise DataError(f"<{module} DataFrame>: cannot convert to Arrow ({type(e).__name__}: {e})") from None
+    return None
+
+
 def _make_source(data) -> tuple[Source, object]:
     """Return the source and the default feature selection it implies."""
     if isinstance(data, Source):
@@ -280,6 +296,9 @@ def _make_source(data) -> tuple[Source, object]:
         return TableSource(array_to_table(data), "<array>"), "features"
     if isinstance(data, (pa.Table, pa.RecordBatch, pa.RecordBatchReader)):
         return TableSource(data), None
+    frame = _frame_to_arrow(data)
+    if frame is not None:
+        return TableSource(frame, f"<{type(data).__module__.split('.')[0]} DataFrame>"), None
     if isinstance(data, (str, os.PathLike)):
         from .csv_source import CSV_EXT, is_csv, open_csv_source
         path = os.fspath(data)
@@ -297,7 +316,8 @@ def _make_source(data) -> tuple[Source, object]:
             return open_csv_source(path), None
         return (IPCSource(path) if kind == "Arrow IPC" else ParquetSource(path)), None
     raise DataError(f"cannot read data of type {type(data).__name__}: give a path, a NumPy array, "
-                    f"or a pyarrow Table / RecordBatchReader")
+                    f"a list of rows, a pandas / polars DataFrame, or a pyarrow Table / "
+                    f"RecordBatchReader")
 
 
 def _peek_n_features(source: Source, spec: FeatureSpec) -> int:

@@ -78,7 +78,8 @@ def test_errors_name_the_column_not_its_position(tmp_path):
     assert code == 1 and "row 17" in text and "column 'p5'" in text and "feature 5" not in text
 
 
-@pytest.mark.parametrize("method,ref", [("standard", StandardScaler), ("minmax", MinMaxScaler)])
+@pytest.mark.parametrize("method,ref", [("standard", StandardScaler),
+                                        ("minmax", lambda: MinMaxScaler(feature_range=(-1, 1)))])
 def test_scaling_statistics_match_sklearn_and_predict_applies_them(tmp_path, method, ref):
     X, y = make_blobs(n=3000, k=3, d=4, seed=2)
     X = X * np.array([0.01, 1.0, 300.0, 5e3]) + np.array([5.0, -2.0, 1e4, 0.0])
@@ -88,6 +89,8 @@ def test_scaling_statistics_match_sklearn_and_predict_applies_them(tmp_path, met
     m = streamclust.fit(X, "dgmm", 3, scale=method, batch_size=333, work_dir=work, progress=False,
                         coreset_size=500)
     want = ref().fit_transform(X.astype(np.float64))
+    if method == "minmax":
+        want[:, 1] = 0.0  # sklearn puts a constant feature at the range's low end; we centre it
     cache = np.fromfile(os.path.join(work, "features.f32"), np.float32).reshape(X.shape)
     np.testing.assert_allclose(cache, want, rtol=1e-5, atol=1e-6)
     # exact streamed statistics: another batch size gives the same cache to the last bit
@@ -219,3 +222,49 @@ def test_a_fit_logs_what_it_does(caplog):
     assert "features: 16 columns" in text and "not used: 'label'" in text
     assert "feature cache: 300 rows × 16 features" in text
     assert "epoch 0: objective" in text and "dgmm: 4 clusters" in text
+
+
+def test_predict_writes_soft_assignments_and_top_k(tmp_path):
+    X, y, t = _pixels_table(n=600, d=4)
+    p0 = t.column("p0").to_numpy().copy()
+    p0[7] = np.nan
+    t = t.set_column(0, "p0", pa.array(p0))
+    path = str(tmp_path / "d.parquet")
+    pq.write_table(t, path)
+    code, text = _run(["fit", path, "-k", "5", "-o", str(tmp_path / "m"), "-q", "--skip-invalid"])
+    assert code == 0, text
+    m = streamclust.load_model(str(tmp_path / "m"))
+    keep = np.isfinite(p0)
+    labels, P = m.predict(X[keep], soft=True)
+    code, text = _run(["predict", str(tmp_path / "m"), path, "-o", str(tmp_path / "s.parquet"),
+                       "--keep", "id", "--soft", "--skip-invalid"])
+    assert code == 0, text
+    got = pq.read_table(tmp_path / "s.parquet")
+    soft = got.column("soft").to_pylist()
+    assert soft[7] is None and got.column("cluster")[7].as_py() == -1
+    np.testing.assert_allclose(np.array([s for s in soft if s is not None]), P, rtol=1e-6, atol=1e-7)
+    code, text = _run(["predict", str(tmp_path / "m"), path, "-o", str(tmp_path / "t.parquet"),
+                       "--soft-top", "2", "--skip-invalid"])
+    assert code == 0, text
+    got = pq.read_table(tmp_path / "t.parquet")
+    top = np.array([c for c in got.column("soft_clusters").to_pylist() if c is not None])
+    probs = np.array([c for c in got.column("soft_probs").to_pylist() if c is not None])
+    np.testing.assert_array_equal(top[:, 0], labels)  # the most probable is the label
+    np.testing.assert_allclose(probs, np.sort(P, axis=1)[:, ::-1][:, :2], rtol=1e-6, atol=1e-7)
+    ism = streamclust.fit(X, "ism", 2, progress=False)
+    with pytest.raises(streamclust.DataError, match="gives no soft assignments"):
+        ism.predict_to_parquet(X, str(tmp_path / "i.parquet"), soft=True)
+
+
+def test_outputs_respect_the_umask(tmp_path):
+    X, _, t = _pixels_table(n=200, d=3)
+    old = os.umask(0o027)
+    try:
+        m = streamclust.fit(X, "dgmm", 2, progress=False)
+        m.save(str(tmp_path / "m"))
+        m.predict_to_parquet(X, str(tmp_path / "p.parquet"))
+    finally:
+        os.umask(old)
+    assert os.stat(tmp_path / "m").st_mode & 0o777 == 0o750  # mkdtemp's 0700 before
+    assert os.stat(tmp_path / "p.parquet").st_mode & 0o777 == 0o640  # mkstemp's 0600 before
+    assert os.stat(tmp_path / "m" / "model.json").st_mode & 0o777 == 0o640

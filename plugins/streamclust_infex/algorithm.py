@@ -300,6 +300,11 @@ class INFEX(Algorithm):
                          f"max_epochs reached with a reduced cost of {self._delta:.3e} > epsilon")
 
     # -- prediction ---------------------------------------------------------------------------
+    @property
+    def cluster_centers_(self):
+        """The exemplars: the name every centroid model shares."""
+        return self.exemplars_
+
     def predict(self, X, soft=False) -> Assignment:
         X = np.ascontiguousarray(X, dtype=np.float32)
         L = np.empty((len(X), len(self.exemplars_)))

@@ -141,6 +141,8 @@ class NCutEmb(Algorithm):
     contract_params = {"epochs": 8}
 
     def requirements(self):
+        if self.n_clusters < 2:  # one output's sign would still make two clusters
+            raise ParameterError(f"ncutemb needs n_clusters >= 2, got {self.n_clusters}")
         col = self.hyper["pairs"]
         return Requirements(knn=0 if col else self.hyper["n_neighbors"], columns=(col,) if col else (),
                             sample=self.hyper["init_sample"])

@@ -128,7 +128,10 @@ class SLK(Algorithm):
         sq = sum(float(np.square(d.astype(np.float64)).sum()) for _, _, d in g.iter_batches(1 << 16))
         self.sigma2_ = sq / g.distances.size
         if not self.sigma2_ > 0:
-            raise DataError("SLK: every row equals its neighbours (σ² = 0); the kernel is undefined")
+            hint = ("; with n_features = 1, normalize=True maps every row to ±1: set normalize=false"
+                    if ctx.n_features == 1 and self.hyper["normalize"] else "")
+            raise DataError("SLK: every row equals its neighbours (σ² = 0); the kernel is undefined"
+                            + hint)
         self._inv2s2 = 1.0 / (2.0 * self.sigma2_)
         rs = ctx.row_state
         self._A = rs("slk_A", (n, L), np.float64, existing=existing)
@@ -319,6 +322,11 @@ class SLK(Algorithm):
         self.index_ef_ = int(self._index.ef)
 
     # -- prediction -----------------------------------------------------------------------------
+    @property
+    def cluster_centers_(self):
+        """The modes (K-modes' centres; rows as cached: unit-norm under normalize): the name every centroid model shares."""
+        return self.modes_
+
     def predict(self, X, soft=False) -> Assignment:
         n, L = len(X), self.n_clusters
         labels = np.empty(n, np.int32)
