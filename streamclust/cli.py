@@ -226,6 +226,26 @@ def evaluate(model_dir, data, labels, batch_size, skip_invalid, as_json):
 
 
 @main.command()
+@click.argument("model_dir")
+@click.argument("data", required=False)
+@click.option("--out", "-o", required=True, help="HTML file to write.")
+@click.option("--labels", default=None, help="Column with true classes: scores and a confusion table.")
+@click.option("--sample", type=click.IntRange(min=10), default=3000, show_default=True,
+              help="Rows drawn (uniformly, in the same pass) for the projection.")
+@click.option("--batch-size", type=int, default=65536, show_default=True)
+@click.option("--skip-invalid", is_flag=True, help="Leave rows with NaN/inf out.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --out.")
+def report(model_dir, data, out, labels, sample, batch_size, skip_invalid, overwrite):
+    """One self-contained HTML page of MODEL_DIR: parameters, history curves and, with DATA,
+    cluster sizes, a 2-D projection and (--labels) scores (one pass over DATA)."""
+    from .model import load_model
+    from .report import write_report
+    res = write_report(load_model(model_dir), out, data, labels, sample, batch_size, overwrite,
+                       on_invalid="skip" if skip_invalid else "error")
+    click.echo(f"report of {res['rows']} rows in {res['seconds']:.2f} s -> {res['out']}")
+
+
+@main.command()
 @click.argument("data")
 @click.option("--neighbors", "-n", type=int, default=5, show_default=True, help="k: neighbours per row.")
 @_FEATURES

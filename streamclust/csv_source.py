@@ -38,22 +38,27 @@ def _error(f: str, e: Exception) -> DataError:
     return DataError(f"{f}: cannot read CSV ({msg}){hint}")
 
 
-def csv_schema(f: str) -> pa.Schema:
+def _input(f: str, fs):
+    return f if fs is None else fs.open_input_stream(f)  # decompresses by the extension
+
+
+def csv_schema(f: str, fs=None) -> pa.Schema:
     try:
-        with pacsv.open_csv(f, read_options=_read_options(), parse_options=_parse_options(f)) as r:
+        with pacsv.open_csv(_input(f, fs), read_options=_read_options(),
+                            parse_options=_parse_options(f)) as r:
             return r.schema
     except (OSError, pa.ArrowException) as e:
         raise _error(f, e) from None
 
 
-def csv_batches(f: str, schema: pa.Schema, columns, batch_size: int):
+def csv_batches(f: str, schema: pa.Schema, columns, batch_size: int, fs=None):
     """``(row, RecordBatch)`` of the ``columns`` of ``f``, at most ``batch_size`` rows each."""
     convert = pacsv.ConvertOptions(column_types={n: schema.field(n).type for n in columns},
                                    include_columns=list(columns))
     row = 0
     try:
-        with pacsv.open_csv(f, read_options=_read_options(), parse_options=_parse_options(f),
-                            convert_options=convert) as r:
+        with pacsv.open_csv(_input(f, fs), read_options=_read_options(),
+                            parse_options=_parse_options(f), convert_options=convert) as r:
             for rb in r:
                 for off in range(0, rb.num_rows, batch_size):
                     piece = rb.slice(off, batch_size)
@@ -71,29 +76,36 @@ def csv_fingerprint(files) -> str:
     return "|".join(parts)
 
 
-def open_csv_source(path: str):
+def open_csv_source(path: str, fs=None, uri: str | None = None):
     from .sources import Source, _expand
 
     class CSVSource(Source):
         """CSV files (see the module's text); re-readable, rows known after the first pass."""
 
         def __init__(self, path: str):
-            self.name = str(path)
-            self.files = _expand(str(path), CSV_EXT)
-            self.schema = csv_schema(self.files[0])
+            self.name = uri or str(path)
+            if fs is None:
+                self.files = _expand(str(path), CSV_EXT)
+            else:
+                from .filesystems import list_files
+                self.files = list_files(fs, str(path), CSV_EXT, self.name)
+            self.schema = csv_schema(self.files[0], fs)
             for f in self.files[1:]:
-                names = csv_schema(f).names
+                names = csv_schema(f, fs).names
                 if names != self.schema.names:
                     raise DataError(f"{f}: columns {names} differ from {self.schema.names} in "
                                     f"{self.files[0]}")
             self.n_rows = None
 
         def fingerprint(self):
+            if fs is not None:
+                from .filesystems import fingerprint
+                return fingerprint(fs, self.files)
             return csv_fingerprint(self.files)
 
         def record_batches(self, columns, batch_size):
             for f in self.files:
-                for row, rb in csv_batches(f, self.schema, columns, batch_size):
+                for row, rb in csv_batches(f, self.schema, columns, batch_size, fs):
                     yield f, row, rb
 
     return CSVSource(path)

@@ -172,6 +172,24 @@ def resolve_features(schema: pa.Schema, features, origin: str, exclude=()) -> Fe
     return FeatureSpec(tuple(features), False)
 
 
+_NUMPY = {pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int64(): np.int64,
+          pa.uint8(): np.uint8, pa.uint16(): np.uint16, pa.uint32(): np.uint32,
+          pa.uint64(): np.uint64, pa.float16(): np.float16, pa.float32(): np.float32,
+          pa.float64(): np.float64}
+
+
+def numeric_values(arr) -> np.ndarray:
+    """The values of a numeric Arrow array without nulls as NumPy, read from its data buffer
+    (pyarrow's ``to_numpy`` imports pandas when it is installed: 0.17 s at every start)."""
+    if isinstance(arr, pa.ChunkedArray):
+        parts = [numeric_values(c) for c in arr.chunks]
+        return np.concatenate(parts) if len(parts) != 1 else parts[0]
+    dtype = _NUMPY.get(arr.type)
+    if dtype is None or arr.null_count:
+        return arr.to_numpy(zero_copy_only=False)
+    return np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr), offset=arr.offset * np.dtype(dtype).itemsize)
+
+
 def _first_true(mask: np.ndarray) -> int:
     return int(np.flatnonzero(mask)[0])
 
@@ -201,7 +219,7 @@ def _list_matrix(arr, name: str, n_features: int | None, where) -> np.ndarray:
     if values.null_count:
         i = _first_true(values.is_null().to_numpy(zero_copy_only=False)) // max(d, 1)
         raise DataError(f"{where(i)}: null value inside feature column '{name}'")
-    return np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(n, d)
+    return np.asarray(numeric_values(values), dtype=np.float32).reshape(n, d)
 
 
 def batch_to_matrix(batch: pa.RecordBatch | pa.Table, spec: FeatureSpec, n_features: int | None,
@@ -220,7 +238,7 @@ def batch_to_matrix(batch: pa.RecordBatch | pa.Table, spec: FeatureSpec, n_featu
             if col.null_count:
                 raise DataError(f"{where(_first_true(col.is_null().to_numpy(zero_copy_only=False)))}: "
                                 f"null in feature column '{name}'")
-            X[:, j] = col.to_numpy(zero_copy_only=False)
+            X[:, j] = numeric_values(col)
     return np.ascontiguousarray(X, dtype=np.float32)
 
 

@@ -71,7 +71,10 @@ class Model:
         return self.algorithm_.predict(self._model_rows(X), soft=soft)
 
     def predict(self, X, soft: bool = False):
-        """Labels (int32) for the rows of ``X``; with ``soft=True`` also the soft assignments."""
+        """Labels (int32) for the rows of ``X``; with ``soft=True`` also the soft assignments
+        (n × k, rows summing to 1); an algorithm without them (ISM) refuses ``soft=True``."""
+        if soft:
+            _soft_top(True, self)
         a = self._predict_rows(self._check_matrix(X), soft=soft)
         labels = np.asarray(a.labels, dtype=np.int32)
         return (labels, a.soft) if soft else labels
@@ -197,6 +200,12 @@ class Model:
             out["quantization_error"] = q / rows
             out["quantization_error_sum"] = q
         return out
+
+    def report(self, out: str, data=None, labels=None, sample: int = 3000, batch_size: int = 65536,
+               overwrite: bool = False) -> dict:
+        """Write a one-page HTML report (see :mod:`streamclust.report`)."""
+        from .report import write_report
+        return write_report(self, out, data, labels, sample, batch_size, overwrite)
 
     # -- persistence (streamclust/model_files.py) -------------------------------------------------
     def save(self, path: str, overwrite: bool = False) -> str:

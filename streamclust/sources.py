@@ -84,14 +84,19 @@ def _check_schemas(schemas: list[tuple[str, pa.Schema]]) -> pa.Schema:
 class ParquetSource(Source):
     """One Parquet file, a directory of them, or a glob.  Only footers are read here."""
 
-    def __init__(self, path: str):
-        self.name = str(path)
-        self.files = _expand(str(path), PARQUET_EXT)
+    def __init__(self, path: str, fs=None, uri: str | None = None):
+        self.name = uri or str(path)
+        self._fs = fs
+        if fs is None:
+            self.files = _expand(str(path), PARQUET_EXT)
+        else:
+            from .filesystems import list_files
+            self.files = list_files(fs, str(path), PARQUET_EXT, self.name)
         self._meta = []
         schemas = []
         for f in self.files:
             try:
-                pf = pq.ParquetFile(f)
+                pf = self._parquet(f)
             except Exception as e:  # noqa: BLE001 - arrow raises several types for corrupt files
                 raise DataError(f"{f}: not a readable Parquet file ({type(e).__name__}: {e})") from e
             self._meta.append(pf.metadata.num_rows)
@@ -99,7 +104,13 @@ class ParquetSource(Source):
         self.schema = _check_schemas(schemas)
         self.n_rows = int(sum(self._meta))
 
+    def _parquet(self, f):
+        return pq.ParquetFile(f if self._fs is None else self._fs.open_input_file(f))
+
     def fingerprint(self):
+        if self._fs is not None:
+            from .filesystems import fingerprint
+            return fingerprint(self._fs, self.files)
         parts = []
         for f in self.files:
             st = os.stat(f)
@@ -110,7 +121,7 @@ class ParquetSource(Source):
         for f in self.files:
             row = 0
             try:
-                pf = pq.ParquetFile(f)
+                pf = self._parquet(f)
                 for rb in pf.iter_batches(batch_size=batch_size, columns=list(columns)):
                     yield f, row, rb
                     row += rb.num_rows
@@ -302,6 +313,14 @@ def _make_source(data) -> tuple[Source, object]:
     if isinstance(data, (str, os.PathLike)):
         from .csv_source import CSV_EXT, is_csv, open_csv_source
         path = os.fspath(data)
+        from .filesystems import is_uri, resolve
+        if is_uri(path):
+            fs, inner = resolve(path)
+            if fs is not None:  # a remote or fsspec filesystem: Parquet or CSV through it
+                if is_csv(inner):
+                    return open_csv_source(inner, fs=fs, uri=path), None
+                return ParquetSource(inner, fs=fs, uri=path), None
+            path = inner
         if os.path.isdir(path):
             names = [f.lower() for _, _, fs in os.walk(path) for f in fs]
             kinds = [k for k, ext in (("Parquet", PARQUET_EXT), ("Arrow IPC", IPC_EXT), ("CSV", CSV_EXT))

@@ -254,6 +254,29 @@ def test_predict_writes_soft_assignments_and_top_k(tmp_path):
     ism = streamclust.fit(X, "ism", 2, progress=False)
     with pytest.raises(streamclust.DataError, match="gives no soft assignments"):
         ism.predict_to_parquet(X, str(tmp_path / "i.parquet"), soft=True)
+    with pytest.raises(streamclust.DataError, match="'ism' gives no soft assignments"):
+        ism.predict(X, soft=True)  # it returned (labels, None)
+
+
+def test_centres_have_one_name_and_a_model_a_repr():
+    X, _ = make_blobs(n=300, k=3, d=2, seed=1)
+    for algo, kw in (("dgmm", {}), ("slk", {"n_neighbors": 5}), ("infex", {"bandwidth": 1.0})):
+        m = streamclust.fit(X, algo, None if algo == "infex" else 3, progress=False, **kw)
+        C = m.cluster_centers_
+        assert C.shape == (m.n_clusters, 2)
+        assert repr(m).startswith(f"Model(algorithm='{algo}', n_clusters={m.n_clusters}")
+
+
+def test_import_and_help_load_no_numerics():
+    """`streamclust --help` imported the engine, numba and the plugins (0.3 s); now the package
+    loads its names on first use."""
+    import subprocess
+    import sys
+    code = ("import sys, streamclust.cli; from click.testing import CliRunner; "
+            "CliRunner().invoke(streamclust.cli.main, ['--help']); "
+            "print(sorted(m for m in ('numba', 'pyarrow', 'scipy', 'streamclust.engine') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
 
 
 def test_outputs_respect_the_umask(tmp_path):
@@ -268,3 +291,38 @@ def test_outputs_respect_the_umask(tmp_path):
     assert os.stat(tmp_path / "m").st_mode & 0o777 == 0o750  # mkdtemp's 0700 before
     assert os.stat(tmp_path / "p.parquet").st_mode & 0o777 == 0o640  # mkstemp's 0600 before
     assert os.stat(tmp_path / "m" / "model.json").st_mode & 0o777 == 0o640
+
+
+def test_uris_file_and_fsspec_memory_and_unknown_schemes(tmp_path):
+    fsspec = pytest.importorskip("fsspec")
+    import io
+    import pyarrow.csv as pacsv
+    X, _, t = _pixels_table(n=1000, d=3)
+    local = str(tmp_path / "u.parquet")
+    pq.write_table(t, local)
+    kw = dict(progress=False, seed=1, coreset_size=300)
+    ref = streamclust.fit(local, "dgmm", 3, **kw)
+    by_uri = streamclust.fit("file://" + local, "dgmm", 3, **kw)
+    np.testing.assert_array_equal(by_uri.means_, ref.means_)
+    mem = fsspec.filesystem("memory")
+    for i, (s, e) in enumerate(((0, 600), (600, 1000))):
+        buf = io.BytesIO()
+        pq.write_table(t.slice(s, e - s), buf)
+        mem.pipe(f"/sc-test/d/part{i}.parquet", buf.getvalue())
+    buf = io.BytesIO()
+    pacsv.write_csv(t, buf)
+    mem.pipe("/sc-test/c/x.csv", buf.getvalue())
+    try:
+        for uri in ("memory://sc-test/d", "memory://sc-test/c/*.csv"):
+            m = streamclust.fit(uri, "dgmm", 3, **kw)
+            np.testing.assert_array_equal(m.means_, ref.means_)
+            assert m.feature_spec.columns == ("p0", "p1", "p2")
+        out = str(tmp_path / "p.parquet")
+        ref.predict_to_parquet("memory://sc-test/d", out, keep=["id"])
+        np.testing.assert_array_equal(pq.read_table(out).column("cluster").to_numpy(), ref.predict(X))
+    finally:
+        mem.rm("/sc-test", recursive=True)
+    for uri, msg in (("foo://bucket/x.parquet", "unsupported scheme 'foo'"),
+                     ("memory://sc-test/none.parquet", "no such file or directory")):
+        code, text = _run(["fit", uri, "-k", "2", "-o", str(tmp_path / "m"), "-q"])
+        assert code == 1 and msg in text and uri in text, text
