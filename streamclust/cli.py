@@ -247,6 +247,48 @@ def report(model_dir, data, out, labels, sample, batch_size, skip_invalid, overw
 
 @main.command()
 @click.argument("data")
+@click.option("--algorithm", "-a", default="dgmm", show_default=True)
+@click.option("--clusters", "-k", "ks", default="2..20", show_default=True,
+              help="The k to try: '2..30', '2,4,8'.")
+@click.option("--sample", type=click.IntRange(min=10), default=3000, show_default=True,
+              help="Rows drawn uniformly (one pass) and fitted for every k.")
+@click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Fits per k (stability compares them).")
+@_FEATURES
+@_EXCLUDE
+@click.option("--scale", type=click.Choice(["none", "standard", "minmax"]), default="none",
+              show_default=True)
+@click.option("--set", "sets", multiple=True, metavar="NAME=VALUE", help="Algorithm parameter.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--batch-size", type=int, default=65536, show_default=True)
+@click.option("--skip-invalid", is_flag=True, help="Leave rows with NaN/inf out.")
+@click.option("--out", "-o", default=None, help="Also write the curves and the table to this HTML page.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --out.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@_JSON
+def sweep(data, algorithm, ks, sample, seeds, features, exclude, scale, sets, seed, batch_size,
+          skip_invalid, out, overwrite, quiet, as_json):
+    """Fit ALGORITHM on a sample of DATA for a range of k; print the criteria and suggest k."""
+    from .atomic import check_output_file
+    from .sweep import parse_ks, sweep as _sweep, write_page
+    parse_ks(ks)
+    if out:
+        check_output_file(out, (), overwrite)  # before the fits, not after
+    res = _sweep(data, algorithm, ks, sample=sample, seeds=seeds, seed=seed,
+                 features=_split(features), exclude=_split(exclude), scale=scale,
+                 batch_size=batch_size, on_invalid="skip" if skip_invalid else "error",
+                 progress=False if quiet else None, params=_parse_set(sets))
+    if out:
+        write_page(res, out, overwrite)
+    if as_json:
+        click.echo(json.dumps(dict(res.to_json(), out=out)))
+        return
+    click.echo(res.table())
+    click.echo(f"suggested: k = {res.suggested} ({res.reason})" + (f" -> {out}" if out else ""))
+
+
+@main.command()
+@click.argument("data")
 @click.option("--neighbors", "-n", type=int, default=5, show_default=True, help="k: neighbours per row.")
 @_FEATURES
 @_EXCLUDE

@@ -119,3 +119,52 @@ def quantization_error(X, centers, chunk: int = 8192) -> float:
     """Q = Σ_n min_c ||x_n − μ_c||²."""
     from .distances import nearest_center
     return float(nearest_center(X, centers, chunk)[1].sum())
+
+
+def ari_from_contingency(C: np.ndarray) -> float:
+    """Adjusted Rand index (Hubert and Arabie) of a contingency table."""
+    C = np.asarray(C, dtype=np.float64)
+    n = C.sum()
+    if n < 2:
+        return 1.0
+
+    def pairs(v):
+        return float((v * (v - 1) / 2).sum())
+    index, a, b = pairs(C), pairs(C.sum(1)), pairs(C.sum(0))
+    expected = a * b / (n * (n - 1) / 2)
+    top = (a + b) / 2
+    return 1.0 if top == expected else (index - expected) / (top - expected)
+
+
+def adjusted_rand(labels_a, labels_b) -> float:
+    return ari_from_contingency(Contingency.of(labels_a, labels_b).table)
+
+
+def silhouette(Z, labels, chunk: int = 1024) -> float:
+    """Mean silhouette coefficient (Euclidean) of the rows of ``Z`` (in memory; O(n²·d) in row
+    chunks, O(chunk·n) memory).  A row alone in its cluster scores 0, as in scikit-learn;
+    fewer than 2 clusters: 0."""
+    Z = np.asarray(Z, dtype=np.float64)
+    _, lab = np.unique(np.asarray(labels), return_inverse=True)
+    lab = lab.reshape(-1)
+    k = int(lab.max(initial=-1)) + 1
+    if k < 2:
+        return 0.0
+    counts = np.bincount(lab, minlength=k).astype(np.float64)
+    onehot = np.zeros((len(Z), k))
+    onehot[np.arange(len(Z)), lab] = 1.0
+    sq = (Z * Z).sum(1)
+    s = np.empty(len(Z))
+    for lo in range(0, len(Z), chunk):
+        hi = min(lo + chunk, len(Z))
+        D = np.sqrt(np.maximum(sq[lo:hi, None] - 2 * Z[lo:hi] @ Z.T + sq[None], 0))
+        D[np.arange(hi - lo), np.arange(lo, hi)] = 0.0
+        sums = D @ onehot  # distances to each cluster's rows
+        own = lab[lo:hi]
+        size_own = counts[own] - 1
+        a = np.where(size_own > 0, sums[np.arange(hi - lo), own] / np.maximum(size_own, 1), 0.0)
+        other = sums / counts[None]
+        other[np.arange(hi - lo), own] = np.inf
+        b = other.min(1)
+        s[lo:hi] = np.where(size_own > 0, (b - a) / np.maximum(np.maximum(a, b), 1e-300), 0.0)
+    return float(s.mean())

@@ -25,15 +25,6 @@ from .errors import DataError, StreamclustError
 _NOT_CURVES = {"epoch", "rows", "seconds", "distance_evaluations", "converged"}
 
 
-def _row_keys(ids: np.ndarray, seed: int) -> np.ndarray:
-    """splitmix64 of the row ids: a uniform key per row, fixed by the seed."""
-    with np.errstate(over="ignore"):
-        z = ids.astype(np.uint64) + np.uint64((seed * 0x9E3779B97F4A7C15) % 2**64)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return z ^ (z >> np.uint64(31))
-
-
 def scan(model, data, labels=None, sample: int = 3000, batch_size: int = 65536, seed: int = 0,
          on_invalid: str = "error") -> dict:
     """One pass over ``data``: cluster sizes, the contingency table against ``labels`` and a
@@ -44,10 +35,10 @@ def scan(model, data, labels=None, sample: int = 3000, batch_size: int = 65536, 
     d = model._open(data, on_invalid)
     if labels is not None and labels not in d.source.schema.names:
         raise DataError(f"{d.source.name}: missing label column '{labels}'")
+    from .rowsample import RowSampler
     sizes = np.zeros(model.n_clusters, dtype=np.int64)
     table = Contingency(model.n_clusters)
-    keep_k, keep_z, keep_c, keep_y = (np.zeros(0, np.uint64), np.zeros((0, model.n_features), np.float32),
-                                      np.zeros(0, np.int64), [])
+    sampler = RowSampler(sample, seed)
     rows = 0
     for b in d.iter_batches(batch_size, keep=[labels] if labels else []):
         Z = model._model_rows(b.X)
@@ -55,30 +46,27 @@ def scan(model, data, labels=None, sample: int = 3000, batch_size: int = 65536, 
         sizes += np.bincount(pred[pred >= 0], minlength=model.n_clusters)[:model.n_clusters]
         ids = np.arange(b.start, b.start + (len(b.X) if b.kept is None else len(b.kept)))
         ids = ids if b.kept is None else ids[b.kept]
-        truth = None
         if labels:
+            import pyarrow as pa
             col = b.columns.column(labels)
             if b.kept is not None:
-                import pyarrow as pa
                 col = col.filter(pa.array(b.kept))
-            truth = np.asarray(col.to_pylist(), dtype=object)
-            valid = np.array([t is not None and t == t for t in truth], dtype=bool)
+            valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False))
+            truth = col.fill_null(0 if pa.types.is_integer(col.type) or pa.types.is_floating(col.type)
+                                  else "").to_numpy(zero_copy_only=False)
+            if truth.dtype.kind == "f":  # NaN is no class
+                valid &= ~np.isnan(truth)
             table.add(truth[valid], pred[valid])
-        keys = _row_keys(ids, seed)
-        all_k = np.concatenate([keep_k, keys])
-        order = np.argsort(all_k, kind="stable")[:sample]
-        keep_k = all_k[order]
-        keep_z = np.concatenate([keep_z, Z])[order]
-        keep_c = np.concatenate([keep_c, pred])[order]
-        if labels:
-            keep_y = list(np.concatenate([np.asarray(keep_y, dtype=object), truth])[order])
+            sampler.add(ids, Z, pred, np.where(valid, truth, None) if not valid.all() else truth)
+        else:
+            sampler.add(ids, Z, pred)
         rows += len(Z)
     if rows == 0:
         raise DataError(f"{d.source.name}: the data set is empty")
-    out = {"rows": rows, "sizes": sizes, "sample": keep_z, "sample_clusters": keep_c,
-           "source": d.source.name}
+    out = {"rows": rows, "sizes": sizes, "sample": sampler.arrays[0],
+           "sample_clusters": sampler.arrays[1], "source": d.source.name}
     if labels:
-        out.update(table=table, sample_labels=keep_y, labels=labels,
+        out.update(table=table, sample_labels=list(sampler.arrays[2]), labels=labels,
                    scores={"nmi": table.nmi(), "acc": table.acc(), "acc_many_to_one": table.purity()})
     return out
 
@@ -143,6 +131,7 @@ def history_svg(history: list) -> str:
         ax.plot(e, v, marker="o", ms=2.5, lw=1.2, color="#3465a4")
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("epoch")
+        ax.xaxis.get_major_locator().set_params(integer=True)
     for ax in list(axes.flat)[len(names):]:
         ax.axis("off")
     fig.tight_layout()

@@ -237,6 +237,22 @@ class DGMM(Algorithm):
     def cluster_centers_(self):
         return self.means_
 
+    @property
+    def n_parameters_(self) -> int:
+        """Free parameters of the fitted model: M·D means and one σ² (equal weights)."""
+        return int(self.means_.size + 1)
+
+    def log_likelihood(self, X) -> np.ndarray:
+        """log p(x) of each row under the mixture (M equal weights, variance σ² per dimension):
+        what an information criterion (BIC in ``streamclust sweep``) needs."""
+        X = np.asarray(X, dtype=np.float64)
+        M, D = self.means_.shape
+        d2 = ((X * X).sum(1)[:, None] - 2 * X @ self.means_.T + (self.means_ ** 2).sum(1)[None])
+        a = -np.maximum(d2, 0) / (2 * self.sigma2_)
+        top = a.max(1)
+        return top + np.log(np.exp(a - top[:, None]).sum(1)) - np.log(M) \
+            - 0.5 * D * np.log(2 * np.pi * self.sigma2_)
+
     def predict(self, X, soft=False) -> Assignment:
         labels, _ = nearest_center(X, self.means_)
         P = None
