@@ -326,3 +326,27 @@ def test_uris_file_and_fsspec_memory_and_unknown_schemes(tmp_path):
                      ("memory://sc-test/none.parquet", "no such file or directory")):
         code, text = _run(["fit", uri, "-k", "2", "-o", str(tmp_path / "m"), "-q"])
         assert code == 1 and msg in text and uri in text, text
+
+
+def test_the_command_flushes_and_exits_with_its_code(tmp_path):
+    """The `streamclust` command leaves without the interpreter's teardown (0.2-0.3 s): its
+    output to a pipe (block-buffered) and its exit codes must survive that."""
+    import shutil
+    import subprocess
+    exe = shutil.which("streamclust")
+    if exe is None:
+        pytest.skip("the streamclust command is not installed (pip install -e .)")
+    X, _, t = _pixels_table(n=400, d=3)
+    path = str(tmp_path / "d.parquet")
+    pq.write_table(t, path)
+    r = subprocess.run([exe, "fit", path, "-k", "3", "-o", str(tmp_path / "m"), "-q", "--json"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and json.loads(r.stdout)["rows"] == 400, r.stderr
+    assert streamclust.load_model(str(tmp_path / "m")).n_clusters == 3
+    r = subprocess.run([exe, "fit", path, "-k", "3", "-o", str(tmp_path / "m"), "-q"],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "exists; not overwritten" in r.stderr
+    r = subprocess.run([exe, "fit"], capture_output=True, text=True)
+    assert r.returncode == 2 and "Missing argument" in r.stderr
+    r = subprocess.run([exe, "info", path], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.splitlines()[-1].startswith("cache_bytes")
