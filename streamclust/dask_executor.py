@@ -209,7 +209,12 @@ class DaskExecutor:
             self._cluster.close()
 
     def _workers(self) -> dict:
-        return self.client.scheduler_info().get("workers", {})
+        """The scheduler's workers, asked afresh.  Not ``client.scheduler_info()``: it returns
+        the client's cached identity, which a periodic background update replaces with one
+        without workers (``n_workers=0``) - a race that made a finished pass report every
+        worker lost, once in a few test runs."""
+        ident = self.client.sync(self.client.scheduler.identity, n_workers=-1)
+        return dict(ident.get("workers", {}))
 
     def _n_tasks(self, n_batches: int) -> int:
         return max(1, min(n_batches, self.parallelism() * self.tasks_per_worker))
