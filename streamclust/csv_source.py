@@ -8,7 +8,6 @@ counts nothing: the number of rows is known after the cache pass.
 """
 from __future__ import annotations
 
-import os
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -68,16 +67,8 @@ def csv_batches(f: str, schema: pa.Schema, columns, batch_size: int, fs=None):
         raise _error(f"{f} (near row {row})", e) from None
 
 
-def csv_fingerprint(files) -> str:
-    parts = []
-    for f in files:
-        st = os.stat(f)
-        parts.append(f"{os.path.abspath(f)}:{st.st_size}:{st.st_mtime_ns}")
-    return "|".join(parts)
-
-
 def open_csv_source(path: str, fs=None, uri: str | None = None):
-    from .sources import Source, _expand
+    from .sources import Source, _expand, local_fingerprint
 
     class CSVSource(Source):
         """CSV files (see the module's text); re-readable, rows known after the first pass."""
@@ -101,7 +92,7 @@ def open_csv_source(path: str, fs=None, uri: str | None = None):
             if fs is not None:
                 from .filesystems import fingerprint
                 return fingerprint(fs, self.files)
-            return csv_fingerprint(self.files)
+            return local_fingerprint(self.files)
 
         def record_batches(self, columns, batch_size):
             for f in self.files:

@@ -95,7 +95,6 @@ class Selection:
     columns left out and why (``{column: reason}``)."""
 
     spec: "FeatureSpec"
-    by_default: bool
     left_out: dict
 
 
@@ -124,7 +123,7 @@ def select_features(schema: pa.Schema, features, origin: str, exclude=(), reserv
         if len(lists) > 1:
             raise DataError(f"{origin}: several list columns {lists}; choose one with --features")
         if lists:
-            return Selection(resolve_features(schema, lists, origin), True, {})
+            return Selection(resolve_features(schema, lists, origin), {})
         chosen = []
         for f in schema:
             if not is_numeric_type(f.type):
@@ -141,11 +140,11 @@ def select_features(schema: pa.Schema, features, origin: str, exclude=(), reserv
             raise DataError(f"{origin}: no numeric or list column to use as features"
                             + (f" (left out: {', '.join(left_out)}; name them with --features)"
                                if left_out else ""))
-        return Selection(resolve_features(schema, chosen, origin), True, left_out)
+        return Selection(resolve_features(schema, chosen, origin), left_out)
     chosen = [n for n in _match(names, _names(features), origin, "feature column") if n not in excluded]
     if not chosen:
         raise DataError(f"{origin}: --exclude leaves no feature column")
-    return Selection(resolve_features(schema, chosen, origin), False, {})
+    return Selection(resolve_features(schema, chosen, origin), {})
 
 
 def resolve_features(schema: pa.Schema, features, origin: str, exclude=()) -> FeatureSpec:

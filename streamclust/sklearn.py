@@ -154,8 +154,9 @@ class _DGMMBase(_CentroidTransform, _Base):
         Z = m.scaler.apply(X) if m.scaler is not None else X  # the model's space
         _, R = m.predict(X, soft=True)  # posteriors under the current means and σ²
         means = np.asarray(m.algorithm_.means_, np.float64)
-        d2 = ((Z.astype(np.float64)[:, None, :] - means[None]) ** 2).sum(-1)
-        n, s, q = R.sum(0), R.T @ Z.astype(np.float64), float((R * d2).sum())
+        Z = Z.astype(np.float64)
+        d2 = np.maximum((Z * Z).sum(1)[:, None] - 2 * Z @ means.T + (means * means).sum(1)[None], 0)
+        n, s, q = R.sum(0), R.T @ Z, float((R * d2).sum())
         if first:
             self._counts, self._sums, self._sq = n, s, q
         else:

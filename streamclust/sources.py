@@ -64,6 +64,15 @@ def _expand(path: str, exts) -> list[str]:
     return files
 
 
+def local_fingerprint(files) -> str:
+    """Path, size and modification time of every local file (changes when the data change)."""
+    parts = []
+    for f in files:
+        st = os.stat(f)
+        parts.append(f"{os.path.abspath(f)}:{st.st_size}:{st.st_mtime_ns}")
+    return "|".join(parts)
+
+
 def _check_schemas(schemas: list[tuple[str, pa.Schema]]) -> pa.Schema:
     first_path, first = schemas[0]
     for path, s in schemas[1:]:
@@ -111,11 +120,7 @@ class ParquetSource(Source):
         if self._fs is not None:
             from .filesystems import fingerprint
             return fingerprint(self._fs, self.files)
-        parts = []
-        for f in self.files:
-            st = os.stat(f)
-            parts.append(f"{os.path.abspath(f)}:{st.st_size}:{st.st_mtime_ns}")
-        return "|".join(parts)
+        return local_fingerprint(self.files)
 
     def record_batches(self, columns, batch_size):
         for f in self.files:
