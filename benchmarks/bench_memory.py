@@ -8,7 +8,9 @@ the throughput of the epochs (rows × epochs / the epochs' seconds, from the mod
                                       [--algorithm dgmm] [--set name=value ...]
 
 D-GMM by default (``--set tol=1e-9`` so that every epoch runs); NCutEmb:
-``--algorithm ncutemb --dim 64 --set epochs=3`` (its kNN graph is built in the fit);
+``--algorithm ncutemb --dim 64 --set epochs=3`` (its kNN graph is built in the fit: the graph's
+shards, not the SGD, then set the peak), or with neighbours from a session column instead of the
+graph, ``--algorithm ncutemb --dim 64 --session-rows 20 --set pairs=session --set epochs=3``;
 ``--algorithm infex --dim 16 --clusters 10 --set coreset_size=20000 --set bandwidth=2``
 (the data's clusters; INFEX finds its own number).
 """
@@ -27,14 +29,25 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import table, vector_table  # noqa: E402
 
 
-def write_data(path, rows, dim, clusters, chunk=500_000, seed=0):
+def write_data(path, rows, dim, clusters, chunk=500_000, seed=0, session_rows=0):
+    """Blobs around ``clusters`` random centres; with ``session_rows`` > 0 also a ``session``
+    column: runs of that many consecutive rows drawn from one cluster share a session id."""
     rng = np.random.default_rng(seed)
     centers = rng.normal(scale=5.0, size=(clusters, dim)).astype(np.float32)
     os.makedirs(path, exist_ok=True)
     for i, s in enumerate(range(0, rows, chunk)):
         n = min(chunk, rows - s)
-        X = centers[rng.integers(0, clusters, n)] + rng.normal(size=(n, dim)).astype(np.float32)
-        pq.write_table(vector_table("embedding", X),
+        extra = {}
+        if session_rows > 0:
+            session = (s + np.arange(n)) // session_rows
+            first = session[0]
+            of_session = rng.integers(0, clusters, session[-1] - first + 1)
+            c = of_session[session - first]
+            extra["session"] = session.astype(np.int64)
+        else:
+            c = rng.integers(0, clusters, n)
+        X = centers[c] + rng.normal(size=(n, dim)).astype(np.float32)
+        pq.write_table(vector_table("embedding", X, **extra),
                        os.path.join(path, f"part-{i:04d}.parquet"), row_group_size=100_000)
 
 
@@ -82,15 +95,17 @@ def main():
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--algorithm", default="dgmm")
     ap.add_argument("--set", action="append", default=[], help="algorithm parameter name=value")
+    ap.add_argument("--session-rows", type=int, default=0,
+                    help="write a 'session' column: runs of this many rows from one cluster")
     ap.add_argument("--dir", default=None, help="scratch directory (default: a temporary one)")
     args = ap.parse_args()
     root = args.dir or tempfile.mkdtemp(prefix="streamclust-mem-")
     rows = []
     for n in (args.rows, 10 * args.rows):
-        data = os.path.join(root, f"data-{n}")
+        data = os.path.join(root, f"data-{n}" + (f"-s{args.session_rows}" if args.session_rows else ""))
         if not os.path.isdir(data):
-            write_data(data, n, args.dim, args.clusters)
-        work = os.path.join(root, f"work-{n}")
+            write_data(data, n, args.dim, args.clusters, session_rows=args.session_rows)
+        work = tempfile.mkdtemp(prefix=f"work-{n}-", dir=root)
         anon, rss, secs, rows_s = measure(data, work, args)
         rows.append([n, f"{n * args.dim * 4 / 2**20:.0f}", f"{anon:.0f}", f"{rss:.0f}", f"{secs:.1f}",
                      f"{rows_s:,.0f}"])

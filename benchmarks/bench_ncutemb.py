@@ -12,6 +12,11 @@ bcw: the 683 rows without NaN of the original UCI file; usps: the 2007-row test 
 slides' NCutEmb (hard / soft or MAX / ALL): bcw 3.63 / 3.15, g50c 4.59 / 4.41, glass
 24.58 / 24.91 (a different glass file: KMeans gives 25.7 % there, 41 % here), usps
 19.36 / 19.05; out-of-sample bcw 3.21, usps 17.31.
+
+Throughput and peak memory on generated Parquet data of 1M and 10M rows × 64 are measured by
+``benchmarks/bench_memory.py``: with the kNN graph ``--algorithm ncutemb --dim 64 --set
+epochs=3``, with neighbours from a session column (no graph) ``--algorithm ncutemb --dim 64
+--session-rows 20 --set pairs=session --set epochs=3``.
 """
 import argparse
 import os

@@ -109,7 +109,7 @@ class FeatureCache:
         path = os.path.join(work_dir, CACHE_FILE)
         tmp = path + ".tmp"
         n = skipped = n_source = 0
-        collector = ColumnCollector(columns)
+        collector = ColumnCollector(columns, work_dir) if columns else None
         stats = ScaleStats(data.n_features) if scale != "none" else None
         scaler = None
         try:
@@ -121,7 +121,7 @@ class FeatureCache:
                         f.write(memoryview(b.X).cast("B"))
                     else:
                         f.write(memoryview(apply(transform, b.X)).cast("B"))
-                    if columns:
+                    if collector is not None:
                         collector.add(b)
                     n += len(b.X)
                     rows = len(b.X) if b.kept is None else len(b.kept)
@@ -135,12 +135,14 @@ class FeatureCache:
             if stats is not None:
                 scaler = stats.scaler(scale)
                 _rescale(tmp, n, data.n_features, batch_size, lambda X: apply(transform, scaler.apply(X)))
+            if collector is not None:
+                atomic_json(os.path.join(work_dir, COLUMNS_META), collector.close())
         except BaseException:
+            if collector is not None:
+                collector.abort()
             if os.path.exists(tmp):
                 os.remove(tmp)
             raise
-        if columns:
-            atomic_json(os.path.join(work_dir, COLUMNS_META), collector.write(work_dir))
         os.replace(tmp, path)
         meta = dict(key, n_rows=n, skipped=skipped, source_rows=n_source,
                     scaler=None if scaler is None else scaler.to_json())

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import sys
 
 import numpy as np
 
@@ -70,9 +69,8 @@ class Context:
         return np.random.Generator(np.random.PCG64(np.random.SeedSequence([self.seed, *stream])))
 
     def _bar(self, data, desc: str):
-        from tqdm.auto import tqdm
-        return tqdm(total=data.n_rows, unit="rows", desc=desc, leave=False, file=sys.stderr,
-                    disable=not self._progress)
+        from .progress import bar
+        return bar(self._progress, total=data.n_rows, unit="rows", desc=desc, leave=False)
 
     def aggregate(self, step, params, *, data=None, state=(), merge=merge_sum):
         """The map-reduce pass (see :meth:`Executor.aggregate`)."""

@@ -90,8 +90,8 @@ def _work_dir(stack: contextlib.ExitStack, work_dir: str | None) -> tuple[str, b
 
 
 def _bar(show: bool, **kw):
-    from tqdm.auto import tqdm
-    return tqdm(disable=not show, file=sys.stderr, **kw)
+    from .progress import bar
+    return bar(show, **kw)
 
 
 def _graph(cache, req, work_dir, executor, seed, batch_size, show, knn_options):

@@ -142,24 +142,22 @@ def sweep(data, algorithm: str, ks, *, sample: int = 3000, seeds: int = 3, seed:
         raise DataError(f"{d.source.name}: k up to {ks[-1]} on a sample of {len(S)} rows")
     res = SweepResult(algorithm, sample=len(S), seeds=seeds, source=d.source.name)
     import logging
-    import sys
-    from tqdm.auto import tqdm
     engine_log = logging.getLogger("streamclust.engine")
     level = engine_log.level
     engine_log.setLevel(max(level, logging.WARNING))  # one line per inner fit would drown the table
     try:
-        _fits(res, S, algorithm, ks, seeds, seed, scale, params, _progress_enabled(progress), tqdm, sys)
+        _fits(res, S, algorithm, ks, seeds, seed, scale, params, _progress_enabled(progress))
     finally:
         engine_log.setLevel(level)
     res.suggested, res.reason = _suggest(res.rows, len(S), seeds)
     return res
 
 
-def _fits(res, S, algorithm, ks, seeds, seed, scale, params, show, tqdm, sys):
+def _fits(res, S, algorithm, ks, seeds, seed, scale, params, show):
     from .engine import fit
     from .metrics import adjusted_rand, silhouette
-    with tqdm(total=len(ks) * seeds, desc=f"sweep {algorithm}", unit="fit", file=sys.stderr,
-              disable=not show) as bar:
+    from .progress import bar as progress_bar
+    with progress_bar(show, total=len(ks) * seeds, desc=f"sweep {algorithm}", unit="fit") as bar:
         for k in ks:
             t = time.perf_counter()
             labelings, objectives, sils, bics = [], [], [], []

@@ -58,3 +58,44 @@ def test_kmeans_runs_lloyd_to_convergence_on_unstructured_data():
     assert inertia <= ref.inertia_ * 1.005, (inertia, ref.inertia_)
     moved = C[labels] - np.stack([X[labels == j].mean(0) for j in range(4)])[labels]
     assert np.abs(moved).max() < 1e-9, "the centres are the means of their clusters (a fixed point)"
+
+
+@pytest.mark.parametrize("batch_size", [7, 64, 10_000])
+def test_streamed_codes_equal_one_dictionary_encoding_of_the_whole_column(tmp_path, batch_size):
+    """Codes are assigned batch by batch against a running dictionary: they must equal Arrow's
+    encoding of the whole column at once (order of first appearance, nulls -1, NaN one value)."""
+    import os
+    rng = np.random.default_rng(5)
+    n = 500
+    words = np.array(["a", "b", "c", "d", "e"])[rng.integers(0, 5, n)].tolist()
+    words = [None if i % 37 == 0 else w for i, w in enumerate(words)]
+    nums = rng.integers(0, 120, n).astype(float)
+    nums[rng.random(n) < 0.05] = np.nan
+    t = pa.table({"x": rng.normal(size=n), "s": pa.array(words),
+                  "v": pa.array(nums), "d": pa.array(words).dictionary_encode()})
+    import pyarrow.parquet as pq
+    path = str(tmp_path / "t.parquet")
+    pq.write_table(t, path)
+    work = str(tmp_path / f"w{batch_size}")
+    os.makedirs(work)
+    FeatureCache.build(open_data(path, features=["x"]), work, batch_size, columns=("s", "v", "d"))
+    for name, col in (("s", t["s"]), ("v", t["v"]), ("d", pa.array(words))):
+        ref = col.combine_chunks().dictionary_encode() if isinstance(col, pa.ChunkedArray) else col.dictionary_encode()
+        want = np.asarray(ref.indices.fill_null(-1), dtype=np.int64)
+        np.testing.assert_array_equal(load_column(work, name), want)
+        got_values = column_values(work, name)
+        want_values = ref.dictionary.to_pylist()
+        assert len(got_values) == len(want_values)
+        for a, b in zip(got_values, want_values):
+            assert a == b or (a != a and b != b)
+    assert not [f for f in os.listdir(work) if ".tmp" in f]
+
+
+def test_a_failed_pass_leaves_no_column_file(tmp_path):
+    import os
+    from streamclust.columns import ColumnCollector
+    work = str(tmp_path)
+    c = ColumnCollector(["label"], work)
+    assert len(os.listdir(work)) == 1
+    c.abort()
+    assert os.listdir(work) == []

@@ -62,3 +62,56 @@ def test_kmeanspp_and_afkmc2_pick_rows_and_approach_kmeanspp():
     long_chain = [pot(afkmc2(X, 8, 200, np.random.default_rng(s))[0]) for s in range(30)]
     uniform = [pot(X[np.random.default_rng(s).choice(len(X), 8)].astype(np.float64)) for s in range(30)]
     assert np.median(long_chain) < 1.5 * np.median(kpp) < np.median(uniform)
+
+
+def _greedy_afkmc2_numpy(C, cand, q, row, u, pool, w, mind, near, m, trials):
+    """The greedy AFK-MC2 rule written plainly: every pool distance computed."""
+    for i in range(1, len(C)):
+        ends, pots, dists = [], [], []
+        for t in range(trials):
+            x = dx = None
+            for y in range(((i - 1) * trials + t) * m, ((i - 1) * trials + t + 1) * m):
+                dy = mind[row[y]] if row[y] >= 0 else ((C[:i] - cand[y]) ** 2).sum(axis=1).min()
+                if x is None or dx * q[y] <= 0 or dy * q[x] > u[y] * dx * q[y]:
+                    x, dx = y, dy
+            d = np.minimum(((pool - cand[x].astype(np.float64)) ** 2).sum(axis=1), mind)
+            ends.append(x)
+            pots.append((w * d).sum())
+            dists.append(d)
+        b = int(np.argmin(pots))
+        C[i] = cand[ends[b]]
+        closer = dists[b] < mind
+        near[closer] = i
+        mind[closer] = dists[b][closer]
+
+
+def test_greedy_afkmc2_pruned_potential_equals_every_distance_computed():
+    """The kernel skips the pool rows a trial's end point cannot be nearer to (triangle
+    inequality); it must choose what computing every distance chooses."""
+    from streamclust.summaries.kernels import Candidates, Pool, greedy_afkmc2
+    rng = np.random.default_rng(3)
+    centres = rng.normal(scale=6.0, size=(8, 5))
+    pool = (centres[rng.integers(0, 8, 700)] + rng.normal(size=(700, 5))).astype(np.float32)
+    w = rng.uniform(0.5, 2.0, len(pool))
+    k, m, trials = 15, 3, 4
+    n = (k - 1) * trials * m
+    cand = (centres[rng.integers(0, 8, n)] + rng.normal(size=(n, 5))).astype(np.float32)
+    row = np.where(rng.random(n) < 0.3, rng.integers(0, len(pool), n), -1)
+    cand[row >= 0] = pool[row[row >= 0]]
+    q, u = rng.uniform(0.1, 1.0, n), rng.random(n)
+    out = []
+    for fn in ("kernel", "numpy"):
+        C = np.zeros((k, 5))
+        C[0] = pool[0]
+        mind = ((pool - C[0]) ** 2).sum(axis=1).astype(np.float64)
+        near = np.zeros(len(pool), np.int32)
+        if fn == "kernel":
+            evals = greedy_afkmc2(C, Candidates(cand, q, np.ones(n), row, u),
+                                  Pool(pool, w, mind, near), m, trials)
+            assert evals < (k - 1) * trials * len(pool)  # rows were skipped
+        else:
+            _greedy_afkmc2_numpy(C, cand, q, row, u, pool, w, mind, near, m, trials)
+        out.append((C, mind, near))
+    np.testing.assert_array_equal(out[0][0], out[1][0])
+    np.testing.assert_array_equal(out[0][2], out[1][2])
+    np.testing.assert_allclose(out[0][1], out[1][1], rtol=1e-12)
