@@ -43,7 +43,7 @@ from streamclust.toolkit import (NON_NEGATIVE, ParameterError, afkmc2, afkmc2_st
 
 from .kernels import Accum, EStepConfig, GMMParams, estep, posterior
 from .index import start_from_index
-from .similarity import PairSums, dense_to_rows, pairs_to_rows, sim_rows
+from .similarity import PairSums, dense_to_rows, pairs_to_rows, sim_rows, unpack_upper
 
 DENSE_S_MAX = 2048
 
@@ -59,14 +59,15 @@ def estep_step(batch, state, params):
     T = max(1, min(threads, n))
     npairs = cfg.H * (cfg.H - 1) // 2
     acc = Accum(np.zeros((T, M, D)), np.zeros((T, M)), np.zeros((T, 4)),
-                np.zeros((T, M, M) if cfg.dense else (1, 1, 1)),
+                np.zeros((T, M * (M - 1) // 2) if cfg.dense else (1, 1)),
                 np.zeros(0 if cfg.dense else n * npairs, np.int64),
                 np.zeros(0 if cfg.dense else n * npairs))
     if n:
         estep(batch.X, weights_of(batch), K, prm, sim, cfg._replace(row_start=batch.start), acc)
-    if cfg.dense:
-        S = acc.S.sum(axis=0)
-        S += S.T  # the kernel fills the upper triangle
+    if cfg.dense:  # the packed upper triangle, summed over the threads in place
+        S = acc.S[0]
+        for t in range(1, T):
+            S += acc.S[t]
     else:
         S = PairSums.from_pairs(acc.pair_key, acc.pair_val)
     return acc.sum_qy.sum(axis=0), acc.sum_q.sum(axis=0), acc.scal.sum(axis=0), S
@@ -193,7 +194,7 @@ class DGMM(Algorithm):
         else:
             F = wlse / W - 0.5 * D * np.log(2 * np.pi * self.sigma2_) - np.log(M)
             self.sigma2_ = max(wqd / (D * W), self._sigma2_floor)
-        self.sim_ = dense_to_rows(S) if self.dense_ else pairs_to_rows(S, M, h["similarity_top"])
+        self.sim_ = dense_to_rows(unpack_upper(S, M)) if self.dense_ else pairs_to_rows(S, M, h["similarity_top"])
         prev, self.free_energy_ = self.free_energy_, float(F)
         tol = h["refine_tol"] if self.phase_ == "refine" else h["tol"]
         converged = prev is not None and abs((F - prev) / F) < tol

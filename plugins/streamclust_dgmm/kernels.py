@@ -37,8 +37,17 @@ GMMParams = namedtuple("GMMParams", "means sigma2")
 SimRows = namedtuple("SimRows", "indptr indices weights cum table")
 _TWO53 = 9007199254740992.0
 #: per-thread accumulators: Σ w q y (T × M × D), Σ w q (T × M), scalars (T × 4: Σ w, Σ w q d,
-#: Σ w logsumexp, distance evaluations), dense S (T × M × M) and pair lists for sparse S
+#: Σ w logsumexp, distance evaluations), dense S as its strict upper triangle packed by rows
+#: (T × M(M-1)/2: a batch's accumulator at M = 1000 is 4 MB per thread, not 8, and is never
+#: mirrored per batch) and pair lists for sparse S
 Accum = namedtuple("Accum", "sum_qy sum_q scal S pair_key pair_val")
+
+
+@nb.njit(cache=True, inline="always")
+def upper_index(a, b, M):
+    """Position of (a, b), a < b, in the strict upper triangle of an M × M matrix packed by
+    rows (the order of ``np.triu_indices(M, 1)``)."""
+    return a * (2 * M - a - 1) // 2 + (b - a - 1)
 
 
 @nb.njit(cache=True, inline="always")
@@ -314,10 +323,11 @@ def _row(i, t, X, w, K, prm, sim, cfg, out, buf):
         for b in range(a + 1, H):
             v = wi * e[a] * e[b]
             ca, cb = cand[a], cand[b]
-            if cfg.dense:  # the upper triangle only (estep_step mirrors it); e falls with h
+            if cfg.dense:  # the strict upper triangle, packed by rows; e falls with h
                 if v == 0.0:
                     break
-                S[t, min(ca, cb), max(ca, cb)] += v
+                lo, hi = min(ca, cb), max(ca, cb)
+                S[t, upper_index(lo, hi, M)] += v
             else:
                 lo, hi = min(ca, cb), max(ca, cb)
                 pair_key[p] = np.int64(lo) * M + hi

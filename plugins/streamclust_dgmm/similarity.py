@@ -44,6 +44,14 @@ def sim_rows(indptr, indices, weights) -> SimRows:
     return SimRows(indptr, indices, weights, cum, table)
 
 
+def unpack_upper(packed: np.ndarray, M: int) -> np.ndarray:
+    """The symmetric M × M matrix (zero diagonal) of a strict upper triangle packed by rows."""
+    S = np.zeros((M, M))
+    S[np.triu_indices(M, 1)] = packed
+    S += S.T
+    return S
+
+
 def dense_to_rows(S: np.ndarray) -> SimRows:
     rows, cols = np.nonzero(S > 0)
     return _csr(rows, cols, S[rows, cols], S.shape[0])
