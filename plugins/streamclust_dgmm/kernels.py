@@ -26,15 +26,20 @@ EStepConfig = namedtuple("EStepConfig", "H R seed epoch row_start dense hard")
 #: in S would be subnormal numbers, whose arithmetic is ~100x slower (KDD epochs: 3x slower)
 TINY_LOG = 345.0
 #: draws from a whole row of S before a candidate draw switches to the exact draw without K(n)
-REJECT_TRIES = 4
+REJECT_TRIES = 2
 #: means (M × D float64) and sigma² (float)
 GMMParams = namedtuple("GMMParams", "means sigma2")
 #: the sampling rows of S in CSR form: indptr, indices (int32, sorted within each row), weights
 #: (float64), cum (the running sum of the weights within each row: exact draws in O(log nnz)),
 #: table (nnz × 2 int64: Walker's alias table of each row, one 16-byte entry per position so that
 #: an O(1) draw reads one cache line: the threshold ⌊prob · 2^53⌋, and the position's cluster in
-#: the low 32 bits with its alias cluster in the high 32 bits of the second word)
-SimRows = namedtuple("SimRows", "indptr indices weights cum table")
+#: the low 32 bits with its alias cluster in the high 32 bits of the second word), pos (M × M
+#: int32: the position of S[r, c] in the CSR arrays or -1, so that the exact draw finds K(n)'s
+#: entries in O(1) — a binary search per entry made it 2× slower; an empty (0 × 0) array above
+#: ``POSITIONS_MAX`` clusters, where the search is used)
+SimRows = namedtuple("SimRows", "indptr indices weights cum table pos")
+#: the largest M with a dense position index (16 MB at 2048)
+POSITIONS_MAX = 2048
 _TWO53 = 9007199254740992.0
 #: per-thread accumulators: Σ w q y (T × M × D), Σ w q (T × M), scalars (T × 4: Σ w, Σ w q d,
 #: Σ w logsumexp, distance evaluations), dense S as its strict upper triangle packed by rows
@@ -99,22 +104,26 @@ def _draw_from_row(s, sim, row, cand, nc):
 
 @nb.njit(cache=True, inline="always")
 def _find(indices, lo, hi, c):
-    """Position of ``c`` in the sorted ``indices[lo:hi]``, -1 when absent."""
-    a, b = lo, hi
-    while a < b:
-        m = (a + b) >> 1
-        if indices[m] < c:
-            a = m + 1
-        else:
-            b = m
-    return a if a < hi and indices[a] == c else -1
+    """Position of ``c`` in the sorted ``indices[lo:hi]``, -1 when absent (a binary search
+    without branches on the data: the halving compiles to conditional moves)."""
+    base, n = lo, hi - lo
+    if n <= 0:
+        return -1
+    while n > 1:
+        half = n >> 1
+        base = base + half if indices[base + half] <= c else base
+        n -= half
+    return base if indices[base] == c else -1
 
 
 @nb.njit(cache=True, inline="always")
-def _exclude(sim, lo, hi, c, ex_s, ex_w, ne):
+def _exclude(sim, row, lo, hi, c, ex_s, ex_w, ne):
     """Add the weight interval of cluster ``c`` in the row to the excluded intervals (kept sorted
     by start); returns their new count and the weight added (0 when ``c`` is not in the row)."""
-    p = _find(sim.indices, lo, hi, c)
+    if sim.pos.shape[0] > 0:
+        p = sim.pos[row, c] if c < sim.pos.shape[1] else -1
+    else:
+        p = _find(sim.indices, lo, hi, c)
     if p < 0:
         return ne, 0.0
     start = sim.cum[p - 1] if p > lo else 0.0
@@ -130,15 +139,16 @@ def _exclude(sim, lo, hi, c, ex_s, ex_w, ne):
 
 @nb.njit(cache=True, inline="always")
 def _search(cum, lo, hi, u):
-    """The first position p in [lo, hi) with ``cum[p] > u`` (hi - 1 when none)."""
-    a, b = lo, hi - 1
-    while a < b:
-        m = (a + b) >> 1
-        if cum[m] > u:
-            b = m
-        else:
-            a = m + 1
-    return a
+    """The first position p in [lo, hi) with ``cum[p] > u`` (hi - 1 when none), by a binary
+    search without branches on the data."""
+    base, n = lo, hi - lo
+    while n > 1:
+        half = n >> 1
+        base = base + half if cum[base + half - 1] <= u else base
+        n -= half
+    if cum[base] <= u:
+        base += 1
+    return min(base, hi - 1)
 
 
 @nb.njit(cache=True, inline="always")
@@ -240,7 +250,7 @@ def draw_candidates(s, sim, cand, nc, R, M, ex_s, ex_w):
             if c < 0:  # the exact draw from now on in this row
                 ne = 0
                 for a in range(nc):
-                    ne, wa = _exclude(sim, lo, hi, cand[a], ex_s, ex_w, ne)
+                    ne, wa = _exclude(sim, row, lo, hi, cand[a], ex_s, ex_w, ne)
                     taken += wa
         if c < 0 and ne >= 0 and total - taken > 1e-12 * total:
             s, c = _draw_cum(s, sim, lo, hi, total - taken, ex_s, ex_w, ne)
@@ -248,8 +258,8 @@ def draw_candidates(s, sim, cand, nc, R, M, ex_s, ex_w):
                 s, c = _draw_from_row(s, sim, row, cand, nc)
         if c < 0:
             s, c = _draw_uniform(s, M, cand, nc)
-        if ne >= 0:
-            ne, wc = _exclude(sim, lo, hi, c, ex_s, ex_w, ne)
+        if ne >= 0 and total - taken > 1e-12 * total:  # (no free mass left: uniform from now)
+            ne, wc = _exclude(sim, row, lo, hi, c, ex_s, ex_w, ne)
             taken += wc
         cand[nc] = c
         nc += 1

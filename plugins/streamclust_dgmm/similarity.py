@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kernels import SimRows, build_alias
+from .kernels import POSITIONS_MAX, SimRows, build_alias
 
 
 class PairSums:
@@ -41,7 +41,14 @@ def sim_rows(indptr, indices, weights) -> SimRows:
     indices = np.asarray(indices, np.int32)
     table = np.empty((len(weights), 2), np.int64)
     build_alias(indptr, indices, weights, cum, table)
-    return SimRows(indptr, indices, weights, cum, table)
+    M = len(indptr) - 1
+    cols = max(M, int(indices.max()) + 1 if len(indices) else 0)
+    if cols <= POSITIONS_MAX:
+        pos = np.full((M, cols), -1, np.int32)
+        pos[np.repeat(np.arange(M), np.diff(indptr)), indices] = np.arange(len(indices), dtype=np.int32)
+    else:
+        pos = np.zeros((0, 0), np.int32)
+    return SimRows(indptr, indices, weights, cum, table, pos)
 
 
 def unpack_upper(packed: np.ndarray, M: int) -> np.ndarray:

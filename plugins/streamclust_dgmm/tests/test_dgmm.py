@@ -179,15 +179,21 @@ def _draw_frequencies(sim, first, R, M, n):
     return run(sim, np.asarray(first, np.int32), R, M, n, np.zeros((R, M), np.int64))
 
 
+@pytest.mark.parametrize("lookup", ["positions", "search"])
 @pytest.mark.parametrize("case", ["spread", "mass_in_K", "no_mass_outside_K"])
-def test_candidate_draws_follow_the_row_of_S_without_K(case):
+def test_candidate_draws_follow_the_row_of_S_without_K(case, lookup, monkeypatch):
     """The first new candidate is drawn with p ∝ S[c̄, c] over c ∉ K(n) (a chi-square test against
     that distribution, computed here in NumPy); where K(n) holds almost all of the row's mass the
     alias draws are rejected and the exact draw takes over; with no mass outside K(n) the draw is
-    uniform over the other clusters.  Every draw is new and distinct."""
+    uniform over the other clusters.  The second is drawn the same way without the first (its
+    marginal, summed over the first, is tested too).  Every draw is new and distinct.  K(n)'s
+    entries are found through the dense position index (M ≤ POSITIONS_MAX) or by binary search."""
     from scipy.stats import chisquare
 
+    from streamclust_dgmm import similarity
     from streamclust_dgmm.similarity import dense_to_rows
+    if lookup == "search":
+        monkeypatch.setattr(similarity, "POSITIONS_MAX", 0)
     rng = np.random.default_rng(3)
     M, first = 12, [2, 5, 7]
     S = rng.random((M, M)) * (rng.random((M, M)) < 0.6)
@@ -207,6 +213,19 @@ def test_candidate_draws_follow_the_row_of_S_without_K(case):
     keep = exp > 0
     assert counts[0, others][~keep].sum() == 0
     assert chisquare(counts[0, others][keep], exp[keep]).pvalue > 1e-4
+    w = S[2, others] if S[2, others].sum() > 0 else np.ones(len(others))
+    p2 = np.zeros(len(others))
+    for a in range(len(others)):  # the second draw's marginal over the first
+        rest = w.copy()
+        rest[a] = 0.0
+        if rest.sum() <= 0:  # the row's mass is gone: uniform over the clusters left
+            rest = np.ones(len(others))
+            rest[a] = 0.0
+        p2 += w[a] / w.sum() * rest / rest.sum()
+    exp2 = p2 * n
+    keep2 = exp2 > 0
+    assert counts[1, others][~keep2].sum() == 0
+    assert chisquare(counts[1, others][keep2], exp2[keep2]).pvalue > 1e-4
 
 
 def test_alias_tables_hold_the_row_distribution():
