@@ -85,10 +85,18 @@ def _greedy_afkmc2_numpy(C, cand, q, row, u, pool, w, mind, near, m, trials):
         mind[closer] = dists[b][closer]
 
 
-def test_greedy_afkmc2_pruned_potential_equals_every_distance_computed():
+@pytest.mark.parametrize("between", ["kept", "not kept"])
+def test_greedy_afkmc2_pruned_potential_equals_every_distance_computed(between, monkeypatch):
     """The kernel skips the pool rows a trial's end point cannot be nearer to (triangle
-    inequality); it must choose what computing every distance chooses."""
-    from streamclust.summaries.kernels import Candidates, Pool, greedy_afkmc2
+    inequality) and, while it keeps the distances between centres (k <= BETWEEN_MAX), the
+    centres a chain candidate cannot be nearer to; it must choose what computing every
+    distance chooses.  "not kept" runs the kernel's Python body with BETWEEN_MAX = 0."""
+    from streamclust.summaries import kernels
+    from streamclust.summaries.kernels import Candidates, Pool
+    greedy_afkmc2 = kernels.greedy_afkmc2
+    if between == "not kept":
+        monkeypatch.setattr(kernels, "BETWEEN_MAX", 0)
+        greedy_afkmc2 = kernels.greedy_afkmc2.py_func
     rng = np.random.default_rng(3)
     centres = rng.normal(scale=6.0, size=(8, 5))
     pool = (centres[rng.integers(0, 8, 700)] + rng.normal(size=(700, 5))).astype(np.float32)

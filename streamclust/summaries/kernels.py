@@ -67,6 +67,8 @@ Candidates = namedtuple("Candidates", "X q w row u")
 #: the rows whose potential Σ w · mind decides between trials, with their running squared
 #: distance to the nearest centre (``mind``) and that centre (``near``), updated in place
 Pool = namedtuple("Pool", "X w mind near")
+#: the most centres for which the greedy seeding keeps their pairwise distances (32 MB)
+BETWEEN_MAX = 2048
 
 
 @nb.njit(cache=True, parallel=True, fastmath={"reassoc", "contract"})
@@ -94,7 +96,10 @@ def greedy_afkmc2(C, cands, pool, m, trials):
     k, n = C.shape[0], pool_x.shape[0]
     newd = np.empty((trials, n))
     to_centre = np.empty((trials, k))
-    between = np.zeros((k, k))  # squared distances between the centres chosen so far
+    # squared distances between the centres chosen so far (k × k: above BETWEEN_MAX centres
+    # the chains compare with every centre instead of holding k² numbers)
+    bounded = k <= BETWEEN_MAX
+    between = np.zeros((k, k) if bounded else (1, 1))
     ends = np.empty(trials, np.int64)
     pots = np.empty(trials)
     counts = np.zeros(trials, np.int64)
@@ -110,7 +115,7 @@ def greedy_afkmc2(C, cands, pool, m, trials):
                     dy, b = sqdist(cand[y], C[0]), 0
                     counts[l] += 1
                     for c in range(1, i):
-                        if between[b, c] < 4.0 * dy:
+                        if not bounded or between[b, c] < 4.0 * dy:
                             d = sqdist(cand[y], C[c])
                             counts[l] += 1
                             if d < dy:
@@ -142,8 +147,9 @@ def greedy_afkmc2(C, cands, pool, m, trials):
                 best = l
         for j in range(C.shape[1]):
             C[i, j] = cand[ends[best], j]
-        for c in range(i):
-            between[i, c] = between[c, i] = to_centre[best, c]
+        if bounded:
+            for c in range(i):
+                between[i, c] = between[c, i] = to_centre[best, c]
         for r in range(n):
             if newd[best, r] < mind[r]:
                 mind[r] = newd[best, r]
