@@ -14,7 +14,7 @@ import os
 import numpy as np
 import pyarrow as pa
 
-from .atomic import atomic_path
+from .atomic import atomic_path, atomic_save_npy
 from .errors import DataError
 
 COLUMNS_META = "columns.json"
@@ -39,24 +39,27 @@ def check_columns(schema: pa.Schema, names, source_name: str, algorithm: str) ->
 
 
 class ColumnCollector:
-    """Encodes the asked-for columns batch by batch (kept rows only): each batch's values are
-    dictionary-encoded by Arrow, its distinct values looked up in (or added to) the column's
-    running dictionary, and the int64 codes appended to ``column_<name>.npy`` under a temporary
-    name.  Memory is the distinct values, not the rows (a session column of 10M rows kept 80 MB
-    of Arrow chunks, then 240 MB while encoding them at once).  ``close()`` finishes the files,
-    ``abort()`` removes them."""
+    """Encodes the asked-for columns batch by batch (kept rows only) into int64 codes appended to
+    ``column_<name>.npy`` under a temporary name, against a running dictionary of the column's
+    distinct values (codes in order of first appearance, as one Arrow dictionary encoding of the
+    whole column; null → -1).  Memory is the distinct values, not the rows (a session column of
+    10M rows kept 80 MB of Arrow chunks, then 240 MB while encoding them at once): integer
+    columns keep them as sorted int64 runs (24 bytes per value: value and code, and the value
+    in order of first appearance) and store them in
+    ``column_<name>_values.npy``; others in a dict, stored in ``columns.json``.
+    ``close()`` finishes the files, ``abort()`` removes them."""
 
     def __init__(self, names, work_dir: str):
-        self.names = list(names)
+        self.names, self.work_dir = list(names), work_dir
         self._stack = contextlib.ExitStack()
-        self._files, self._codes, self._nulls = {}, {}, {}
+        self._files, self._enc, self._nulls = {}, {}, {}
         try:
             for n in self.names:
                 tmp = self._stack.enter_context(
                     atomic_path(os.path.join(work_dir, f"column_{n}.npy"), suffix=".tmp.npy"))
                 f = self._stack.enter_context(open(tmp, "wb"))
                 _header(f, 0)
-                self._files[n], self._codes[n], self._nulls[n] = f, {}, 0
+                self._files[n], self._enc[n], self._nulls[n] = f, None, 0
         except BaseException:
             self.abort()
             raise
@@ -70,41 +73,109 @@ class ColumnCollector:
                 col = col.combine_chunks()
             if pa.types.is_dictionary(col.type):  # encoded anew: codes by first appearance
                 col = col.dictionary_decode()
-            enc = col.dictionary_encode()
-            codes = self._codes[n]
-            lut = np.empty(len(enc.dictionary) + 1, np.int64)
-            for i, v in enumerate(enc.dictionary.to_pylist()):
-                key = _NAN if v != v else v  # every NaN is one value (as Arrow's encoding)
-                c = codes.get(key)
-                if c is None:
-                    c = codes[key] = len(codes)
-                lut[i] = c
-            lut[-1] = -1  # a null
-            idx = enc.indices
-            self._nulls[n] += idx.null_count
-            local = np.asarray(idx.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
-            self._files[n].write(lut[local].astype("<i8").tobytes())
+            self._nulls[n] += col.null_count
+            if pa.types.is_null(col.type):  # no values in this batch (the type comes later)
+                self._files[n].write(np.full(len(col), -1, "<i8").tobytes())
+                continue
+            integer = pa.types.is_integer(col.type) and col.type != pa.uint64()
+            if self._enc[n] is None:
+                self._enc[n] = _IntCodes() if integer else _ObjectCodes()
+            elif isinstance(self._enc[n], _IntCodes) and not integer:
+                raise DataError(f"column '{n}' changes type between files (integers, then "
+                                f"{col.type}); give it one type")
+            self._files[n].write(self._enc[n].encode(col).astype("<i8").tobytes())
 
     def close(self) -> dict:
-        """Writes the final headers and renames the files into place; returns the metadata
-        (each column's distinct values in order of first appearance, and its null count)."""
+        """Writes the final headers (and an integer column's values) and renames the files into
+        place; returns the metadata: each column's distinct values in order of first
+        appearance (``values``, or the file ``values_file``), their ``count`` and the nulls."""
         meta = {}
         for n, f in self._files.items():
             rows = (f.tell() - _HEADER) // 8
             f.seek(0)
             _header(f, rows)
-            meta[n] = {"values": [float("nan") if v is _NAN else _jsonable_value(v)
-                                  for v in self._codes[n]],
-                       "nulls": int(self._nulls[n])}
+            enc = self._enc[n] or _ObjectCodes()
+            meta[n] = {"count": enc.count, "nulls": int(self._nulls[n])}
+            if isinstance(enc, _IntCodes):
+                name = f"column_{n}_values.npy"
+                atomic_save_npy(os.path.join(self.work_dir, name), enc.values())
+                meta[n]["values_file"] = name
+            else:
+                meta[n]["values"] = enc.values()
         self._stack.close()
-        self._files, self._codes = {}, {}
+        self._files, self._enc = {}, {}
         return meta
 
     def abort(self) -> None:
         """Removes the temporary files (after a failure)."""
         err = RuntimeError("column collection aborted")
         self._stack.__exit__(type(err), err, None)
-        self._files, self._codes = {}, {}
+        self._files, self._enc = {}, {}
+
+
+class _ObjectCodes:
+    """Any values: Arrow encodes the batch, its distinct values go through a dict."""
+
+    def __init__(self):
+        self.codes = {}
+
+    @property
+    def count(self) -> int:
+        return len(self.codes)
+
+    def encode(self, col) -> np.ndarray:
+        enc = col.dictionary_encode()
+        lut = np.empty(len(enc.dictionary) + 1, np.int64)
+        for i, v in enumerate(enc.dictionary.to_pylist()):
+            key = _NAN if v != v else v  # every NaN is one value (as Arrow's encoding)
+            c = self.codes.get(key)
+            if c is None:
+                c = self.codes[key] = len(self.codes)
+            lut[i] = c
+        lut[-1] = -1  # a null
+        local = np.asarray(enc.indices.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+        return lut[local]
+
+    def values(self) -> list:
+        return [float("nan") if v is _NAN else _jsonable_value(v) for v in self.codes]
+
+
+class _IntCodes:
+    """Integers: Arrow encodes the batch; its distinct values are looked up, vectorised, in the
+    values seen so far, kept as sorted runs of (value, code) — a new run per batch,
+    merged while the newest is at least as long as the one before it (a binary counter: at
+    most log₂ of the distinct values runs; each value is merged O(log) times)."""
+
+    def __init__(self):
+        self.runs, self.order, self.count = [], [], 0
+
+    def encode(self, col) -> np.ndarray:
+        enc = col.dictionary_encode()  # the batch's distinct values, by first appearance
+        d = np.asarray(enc.dictionary.to_numpy(zero_copy_only=False)).astype(np.int64)
+        lut = np.full(len(d) + 1, -1, np.int64)  # the last entry: a null
+        code = lut[:-1]
+        for keys, codes in self.runs:
+            if len(d):
+                pos = np.minimum(np.searchsorted(keys, d), len(keys) - 1)
+                hit = keys[pos] == d
+                code[hit] = codes[pos[hit]]
+        new = np.flatnonzero(code < 0)  # in order of first appearance
+        if len(new):
+            code[new] = self.count + np.arange(len(new))
+            self.count += len(new)
+            self.order.append(d[new])
+            o = np.argsort(d[new], kind="stable")
+            self.runs.append((d[new][o], code[new][o]))
+            while len(self.runs) > 1 and len(self.runs[-1][0]) >= len(self.runs[-2][0]):
+                (k1, c1), (k2, c2) = self.runs.pop(), self.runs.pop()
+                k, c = np.concatenate([k2, k1]), np.concatenate([c2, c1])
+                o = np.argsort(k, kind="stable")
+                self.runs.append((k[o], c[o]))
+        local = np.asarray(enc.indices.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+        return lut[local]
+
+    def values(self) -> np.ndarray:
+        return np.concatenate(self.order) if self.order else np.zeros(0, np.int64)
 
 
 class _Nan:
@@ -130,6 +201,20 @@ def load_column(work_dir: str, name: str) -> np.ndarray:
     return np.load(path, mmap_mode="r", allow_pickle=False)
 
 
-def column_values(work_dir: str, name: str) -> list:
+def _meta(work_dir: str, name: str) -> dict:
     with open(os.path.join(work_dir, COLUMNS_META)) as f:
-        return json.load(f)[name]["values"]
+        return json.load(f)[name]
+
+
+def column_values(work_dir: str, name: str) -> list:
+    """The column's distinct values, in the order of their codes."""
+    meta = _meta(work_dir, name)
+    if "values_file" in meta:
+        return np.load(os.path.join(work_dir, meta["values_file"]), allow_pickle=False).tolist()
+    return meta["values"]
+
+
+def column_size(work_dir: str, name: str) -> int:
+    """How many distinct values the column has (without loading them)."""
+    meta = _meta(work_dir, name)
+    return int(meta["count"]) if "count" in meta else len(meta["values"])

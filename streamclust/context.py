@@ -23,8 +23,9 @@ class Context:
     * ``row_state(name, shape, dtype)``: a memory-mapped per-row array in the work directory;
     * ``coreset()`` / ``sample()``: the summaries declared in ``Requirements`` (built by the
       engine before ``start``); ``take(ids)``, ``batch_stats()``;
-    * ``column(name)`` / ``column_values(name)``: a declared extra column as row-aligned int64
-      codes (-1: null) and the distinct values the codes stand for;
+    * ``column(name)`` / ``column_values(name)`` / ``column_size(name)``: a declared extra
+      column as row-aligned int64 codes (-1: null), the distinct values the codes stand for,
+      and how many there are;
     * ``knn`` / ``knn_index()``: the kNN graph and its sharded hnswlib index, when the algorithm
       declared ``Requirements.knn``;
     * ``rng(*stream)``: a NumPy generator fixed by the run's seed and the stream key;
@@ -122,6 +123,12 @@ class Context:
     def column_values(self, name: str) -> list:
         from .columns import column_values
         return column_values(self.work_dir, name)
+
+    def column_size(self, name: str) -> int:
+        """How many distinct values a declared column has (``len(column_values(name))``
+        without loading them)."""
+        from .columns import column_size
+        return column_size(self.work_dir, name)
 
     def prepare(self, coreset: int = 0, sample: int = 0) -> None:
         """Build the declared summaries (the engine calls this before ``start``)."""

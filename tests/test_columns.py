@@ -5,7 +5,7 @@ import pytest
 from sklearn.cluster import KMeans
 
 from streamclust.cache import FeatureCache
-from streamclust.columns import check_columns, column_values, load_column
+from streamclust.columns import check_columns, column_size, column_values, load_column
 from streamclust.errors import DataError
 from streamclust.sources import open_data
 from streamclust.summaries import kmeans
@@ -71,24 +71,30 @@ def test_streamed_codes_equal_one_dictionary_encoding_of_the_whole_column(tmp_pa
     words = [None if i % 37 == 0 else w for i, w in enumerate(words)]
     nums = rng.integers(0, 120, n).astype(float)
     nums[rng.random(n) < 0.05] = np.nan
+    ints = rng.integers(-50, 10**12, n)
+    ints[rng.integers(0, n, 300)] = ints[rng.integers(0, n, 300)]  # repeats, across batches
+    ints_mask = rng.random(n) < 0.05
+    ints_mask[:40] = True  # a first batch without a value (batch size 7)
     t = pa.table({"x": rng.normal(size=n), "s": pa.array(words),
-                  "v": pa.array(nums), "d": pa.array(words).dictionary_encode()})
+                  "v": pa.array(nums), "d": pa.array(words).dictionary_encode(),
+                  "i": pa.array(ints, mask=ints_mask)})
     import pyarrow.parquet as pq
     path = str(tmp_path / "t.parquet")
     pq.write_table(t, path)
     work = str(tmp_path / f"w{batch_size}")
     os.makedirs(work)
-    FeatureCache.build(open_data(path, features=["x"]), work, batch_size, columns=("s", "v", "d"))
-    for name, col in (("s", t["s"]), ("v", t["v"]), ("d", pa.array(words))):
+    FeatureCache.build(open_data(path, features=["x"]), work, batch_size, columns=("s", "v", "d", "i"))
+    for name, col in (("s", t["s"]), ("v", t["v"]), ("d", pa.array(words)), ("i", t["i"])):
         ref = col.combine_chunks().dictionary_encode() if isinstance(col, pa.ChunkedArray) else col.dictionary_encode()
         want = np.asarray(ref.indices.fill_null(-1), dtype=np.int64)
         np.testing.assert_array_equal(load_column(work, name), want)
         got_values = column_values(work, name)
         want_values = ref.dictionary.to_pylist()
-        assert len(got_values) == len(want_values)
+        assert len(got_values) == len(want_values) == column_size(work, name)
         for a, b in zip(got_values, want_values):
             assert a == b or (a != a and b != b)
     assert not [f for f in os.listdir(work) if ".tmp" in f]
+    assert os.path.exists(os.path.join(work, "column_i_values.npy"))  # integers: values in .npy
 
 
 def test_a_failed_pass_leaves_no_column_file(tmp_path):

@@ -202,7 +202,7 @@ class NCutEmb(Algorithm):
             if len(nulls):
                 raise DataError(f"pairs column '{col}' has {len(nulls)} null value(s) (first at row "
                                 f"{nulls[0]}): a row without a value has no neighbour; fill or drop them")
-            G = len(ctx.column_values(col))
+            G = ctx.column_size(col)
             starts = ctx.row_state("pair_starts", (G + 1,), np.int64).array
             order = ctx.row_state("pair_order", (ctx.n_rows,), np.int64, fill=None).array
             paired = int(kn.group_rows(code, starts, order))
