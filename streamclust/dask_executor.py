@@ -21,6 +21,7 @@ Requires the extra ``streamclust[dask]``.
 """
 from __future__ import annotations
 
+import logging
 from typing import Callable
 
 import numpy as np
@@ -32,8 +33,33 @@ from .interrupt import Terminated, check
 from .sources import Batch
 
 
+try:
+    from distributed.diagnostics.plugin import WorkerPlugin as _WorkerPlugin
+except ImportError:  # the extra is missing: DaskExecutor says so when it is used
+    _WorkerPlugin = object
+
+
 class WorkerLost(StreamclustError):
     """A worker left the cluster during a pass: the pass's results are not trusted."""
+
+
+class _HeartbeatAtClose(logging.Filter):
+    def filter(self, record):
+        return not str(record.msg).startswith("Failed to communicate with scheduler during heartbeat")
+
+
+class QuietClose(_WorkerPlugin):
+    """On the workers of the ``LocalCluster`` a DaskExecutor starts: drops the traceback that
+    distributed logs when a worker's heartbeat meets the scheduler closing (it ended a
+    finished ``--scheduler local`` fit now and then; distributed's own shutdown order).  A
+    worker really lost during a pass is reported by :class:`WorkerLost`."""
+
+    name = "streamclust-quiet-close"
+
+    def setup(self, worker):
+        log = logging.getLogger("distributed.worker")
+        if not any(isinstance(f, _HeartbeatAtClose) for f in log.filters):
+            log.addFilter(_HeartbeatAtClose())
 
 
 class _MemmapRef:
@@ -185,6 +211,7 @@ class DaskExecutor:
                 self._cluster = distributed.LocalCluster(n_workers=n_workers or 2, threads_per_worker=1,
                                                          processes=True, dashboard_address=":0")
                 client = distributed.Client(self._cluster)
+                client.register_plugin(QuietClose())
             else:
                 client = distributed.Client(scheduler)
             self._owns_client = True

@@ -54,6 +54,26 @@ def test_cli_fit_with_a_local_scheduler(tmp_path):
     assert os.path.isdir(out)
 
 
+def _worker_filters_heartbeat_noise():
+    import logging
+    log = logging.getLogger("distributed.worker")
+
+    def record(msg):
+        return logging.LogRecord("distributed.worker", logging.ERROR, __file__, 1, msg, (), None)
+    return (not log.filter(record("Failed to communicate with scheduler during heartbeat.")),
+            bool(log.filter(record("Compute failed"))))
+
+
+def test_own_local_cluster_drops_only_the_heartbeat_traceback_of_its_close():
+    """distributed logs a traceback when a worker's heartbeat meets the scheduler closing; it
+    ended a finished --scheduler local fit now and then (a flaky CLI test).  The executor's own
+    LocalCluster drops that message on every worker, and only that one."""
+    from streamclust.dask_executor import DaskExecutor
+    with DaskExecutor(scheduler="local", n_workers=2) as ex:
+        got = ex.client.run(_worker_filters_heartbeat_noise)
+    assert len(got) == 2 and all(v == (True, True) for v in got.values()), got
+
+
 def test_graph_built_on_workers_equals_the_local_build_and_appends_alike(dask_executor, tmp_path):
     """Shards built and queried as tasks give the very graph of the local build (same shard
     boundaries), for a full build and for an append; both via the Python API and the CLI."""
