@@ -2,8 +2,9 @@
 
 They are read in the same pass that builds the feature cache, aligned with the cache's rows
 (rows skipped as invalid are dropped here too) and stored as int64 codes in ``column_<name>.npy``
-next to the cache; ``columns.json`` keeps the distinct values in order of first appearance.
-A null becomes code -1.  Codes do not depend on the batch size (rows are read in a stable order).
+next to the cache; ``columns.json`` keeps the distinct values in order of first appearance (an
+integer column's in ``column_<name>_values.npy``) and their count.  A null becomes code -1.
+Codes do not depend on the batch size (rows are read in a stable order).
 """
 from __future__ import annotations
 
@@ -83,7 +84,10 @@ class ColumnCollector:
             elif isinstance(self._enc[n], _IntCodes) and not integer:
                 raise DataError(f"column '{n}' changes type between files (integers, then "
                                 f"{col.type}); give it one type")
-            self._files[n].write(self._enc[n].encode(col).astype("<i8").tobytes())
+            enc = col.dictionary_encode()  # the batch's distinct values, by first appearance
+            lut = np.append(self._enc[n].codes(enc.dictionary), -1)  # the last entry: a null
+            local = np.asarray(enc.indices.fill_null(-1).to_numpy(zero_copy_only=False), np.int64)
+            self._files[n].write(lut[local].astype("<i8").tobytes())
 
     def close(self) -> dict:
         """Writes the final headers (and an integer column's values) and renames the files into
@@ -114,68 +118,62 @@ class ColumnCollector:
 
 
 class _ObjectCodes:
-    """Any values: Arrow encodes the batch, its distinct values go through a dict."""
+    """Any values: a batch's distinct values go through a dict."""
 
     def __init__(self):
-        self.codes = {}
+        self.seen = {}
 
     @property
     def count(self) -> int:
-        return len(self.codes)
+        return len(self.seen)
 
-    def encode(self, col) -> np.ndarray:
-        enc = col.dictionary_encode()
-        lut = np.empty(len(enc.dictionary) + 1, np.int64)
-        for i, v in enumerate(enc.dictionary.to_pylist()):
+    def codes(self, dictionary) -> np.ndarray:
+        """The codes of a batch's distinct values (new ones get the next codes)."""
+        out = np.empty(len(dictionary), np.int64)
+        for i, v in enumerate(dictionary.to_pylist()):
             key = _NAN if v != v else v  # every NaN is one value (as Arrow's encoding)
-            c = self.codes.get(key)
-            if c is None:
-                c = self.codes[key] = len(self.codes)
-            lut[i] = c
-        lut[-1] = -1  # a null
-        local = np.asarray(enc.indices.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
-        return lut[local]
+            out[i] = self.seen.setdefault(key, len(self.seen))
+        return out
 
     def values(self) -> list:
-        return [float("nan") if v is _NAN else _jsonable_value(v) for v in self.codes]
+        return [float("nan") if v is _NAN else _jsonable_value(v) for v in self.seen]
 
 
 class _IntCodes:
-    """Integers: Arrow encodes the batch; its distinct values are looked up, vectorised, in the
-    values seen so far, kept as sorted runs of (value, code) — a new run per batch,
-    merged while the newest is at least as long as the one before it (a binary counter: at
-    most log₂ of the distinct values runs; each value is merged O(log) times)."""
+    """Integers: a batch's distinct values are looked up, vectorised, in the values seen so
+    far, kept as sorted runs of (value, code) — a new run per batch, merged while the newest
+    is at least as long as the one before it (a binary counter: at most log₂ of the distinct
+    values runs; each value is merged O(log) times)."""
 
     def __init__(self):
         self.runs, self.order, self.count = [], [], 0
 
-    def encode(self, col) -> np.ndarray:
-        enc = col.dictionary_encode()  # the batch's distinct values, by first appearance
-        d = np.asarray(enc.dictionary.to_numpy(zero_copy_only=False)).astype(np.int64)
-        lut = np.full(len(d) + 1, -1, np.int64)  # the last entry: a null
-        code = lut[:-1]
+    def codes(self, dictionary) -> np.ndarray:
+        """The codes of a batch's distinct values (new ones get the next codes, in order)."""
+        d = np.asarray(dictionary.to_numpy(zero_copy_only=False)).astype(np.int64)
+        code = np.full(len(d), -1, np.int64)
         for keys, codes in self.runs:
-            if len(d):
-                pos = np.minimum(np.searchsorted(keys, d), len(keys) - 1)
-                hit = keys[pos] == d
-                code[hit] = codes[pos[hit]]
+            pos = np.minimum(np.searchsorted(keys, d), len(keys) - 1)
+            hit = keys[pos] == d
+            code[hit] = codes[pos[hit]]
         new = np.flatnonzero(code < 0)  # in order of first appearance
         if len(new):
             code[new] = self.count + np.arange(len(new))
             self.count += len(new)
             self.order.append(d[new])
-            o = np.argsort(d[new], kind="stable")
-            self.runs.append((d[new][o], code[new][o]))
+            self.runs.append(_sorted_run(d[new], code[new]))
             while len(self.runs) > 1 and len(self.runs[-1][0]) >= len(self.runs[-2][0]):
                 (k1, c1), (k2, c2) = self.runs.pop(), self.runs.pop()
-                k, c = np.concatenate([k2, k1]), np.concatenate([c2, c1])
-                o = np.argsort(k, kind="stable")
-                self.runs.append((k[o], c[o]))
-        local = np.asarray(enc.indices.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
-        return lut[local]
+                self.runs.append(_sorted_run(np.concatenate([k2, k1]), np.concatenate([c2, c1])))
+        return code
 
     def values(self) -> np.ndarray:
         return np.concatenate(self.order) if self.order else np.zeros(0, np.int64)
+
+
+def _sorted_run(keys, codes):
+    o = np.argsort(keys, kind="stable")
+    return keys[o], codes[o]
 
 
 class _Nan:

@@ -106,16 +106,15 @@ def _draw_from_row(s, sim, row, cand, nc):
 
 @nb.njit(cache=True, inline="always")
 def _find(indices, lo, hi, c):
-    """Position of ``c`` in the sorted ``indices[lo:hi]``, -1 when absent (a binary search
-    without branches on the data: the halving compiles to conditional moves)."""
-    base, n = lo, hi - lo
-    if n <= 0:
-        return -1
-    while n > 1:
-        half = n >> 1
-        base = base + half if indices[base + half] <= c else base
-        n -= half
-    return base if indices[base] == c else -1
+    """Position of ``c`` in the sorted ``indices[lo:hi]``, -1 when absent."""
+    a, b = lo, hi
+    while a < b:
+        m = (a + b) >> 1
+        if indices[m] < c:
+            a = m + 1
+        else:
+            b = m
+    return a if a < hi and indices[a] == c else -1
 
 
 @nb.njit(cache=True, inline="always")
@@ -141,16 +140,15 @@ def _exclude(sim, row, lo, hi, c, ex_s, ex_w, ne):
 
 @nb.njit(cache=True, inline="always")
 def _search(cum, lo, hi, u):
-    """The first position p in [lo, hi) with ``cum[p] > u`` (hi - 1 when none), by a binary
-    search without branches on the data."""
-    base, n = lo, hi - lo
-    while n > 1:
-        half = n >> 1
-        base = base + half if cum[base + half - 1] <= u else base
-        n -= half
-    if cum[base] <= u:
-        base += 1
-    return min(base, hi - 1)
+    """The first position p in [lo, hi) with ``cum[p] > u`` (hi - 1 when none)."""
+    a, b = lo, hi - 1
+    while a < b:
+        m = (a + b) >> 1
+        if cum[m] > u:
+            b = m
+        else:
+            a = m + 1
+    return a
 
 
 @nb.njit(cache=True, inline="always")

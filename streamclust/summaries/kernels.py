@@ -86,7 +86,7 @@ def greedy_afkmc2(C, cands, pool, m, trials):
     A trial's end point ``x`` is compared only with the pool rows it may be nearer to: with
     ``c`` a row's nearest centre, ``‖x − c‖² ≥ 4 · mind`` means ``‖row − x‖ ≥ ‖row − c‖``
     (triangle inequality), so the row keeps ``mind`` (KDD, M = 500, 20 trials, 4096 pool rows:
-    about 85 % of the pool's distances skipped, the seeding 5× faster, the same centres).  The trials of one
+    53M → 11M distances in the whole seeding, 5–7× faster, the same centres).  The trials of one
     centre run in parallel, each summing its potential serially, so the result does not depend
     on the thread count (distances are vectorised: their last bits depend on the CPU's vector
     width).  Returns the number of distance evaluations.
