@@ -50,7 +50,7 @@ def main():
     ap.add_argument("--clusters", type=int, default=100)
     ap.add_argument("--epochs", type=int, default=3)
     a = ap.parse_args()
-    from streamclust.dask_executor import DaskExecutor
+    from streamclust.run.dask_executor import DaskExecutor
     tmp = tempfile.mkdtemp(prefix="bench-dask-")
     try:
         data = os.path.join(tmp, "data")

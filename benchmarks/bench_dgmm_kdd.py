@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import SHARED_DATA, median, table  # noqa: E402
 
 import streamclust  # noqa: E402
-from streamclust.metrics import quantization_error  # noqa: E402
+from streamclust.model.metrics import quantization_error  # noqa: E402
 
 
 def kmeans_reference(X, M, seed, tol=1e-3):

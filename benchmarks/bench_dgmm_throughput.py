@@ -129,8 +129,8 @@ def peers(X, means, args):
 
 
 def run(data, work, M, args):
-    from streamclust.cache import FeatureCache
-    from streamclust.sources import open_data
+    from streamclust.data.cache import FeatureCache
+    from streamclust.data.sources import open_data
     os.makedirs(work, exist_ok=True)
     X = FeatureCache.build(open_data(data, features="embedding"), work, 65536).X
     secs = {}

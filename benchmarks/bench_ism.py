@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import SHARED_DATA, table  # noqa: E402
 
 import streamclust  # noqa: E402
-from streamclust.metrics import nmi  # noqa: E402
+from streamclust.model.metrics import nmi  # noqa: E402
 
 # the paper's ISM times (s), ALGORITHMS.md §3 (gauss_b_200x4 / moon_noise_200x7: not in the table)
 PAPER_SECONDS = {"gauss_a_40x2": 0.012, "gauss_b_1000x4": 66.8, "moon_400x4": 0.17,

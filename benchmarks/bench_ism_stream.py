@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import table  # noqa: E402
 
 import streamclust  # noqa: E402
-from streamclust.metrics import nmi  # noqa: E402
+from streamclust.model.metrics import nmi  # noqa: E402
 from streamclust_ism.synthetic import moons_and_gaussians  # noqa: E402
 
 

@@ -99,7 +99,7 @@ def main():
                 round(e, 2), f"{min(errs):.2f}-{max(errs):.2f}", SLIDES[name] or "-",
                 round(t_km, 2), round(t_sc, 2), round(median([t for _, t in fits]), 2)]
         if client is not None:
-            from streamclust.dask_executor import DaskExecutor
+            from streamclust.run.dask_executor import DaskExecutor
             d_errs = [error(y, ncutemb(X, k, s, params, executor=DaskExecutor(client)).predict(X))
                       for s in range(a.seeds)]
             line.append(round(median(d_errs), 2))

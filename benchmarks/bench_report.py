@@ -41,8 +41,8 @@ def write_data(d, rows, dim, k, seed=0):
 
 
 def bare_pass(data, centres, batch_size=65536):
-    from streamclust.distances import nearest_center
-    from streamclust.sources import open_data
+    from streamclust.base.distances import nearest_center
+    from streamclust.data.sources import open_data
     d = open_data(data, features="x")
     counts = np.zeros(len(centres), np.int64)
     for b in d.iter_batches(batch_size):
@@ -60,7 +60,7 @@ def main():
     ap.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "streamclust-bench-report"))
     a = ap.parse_args()
     import streamclust
-    from streamclust.report import write_report
+    from streamclust.model.report import write_report
     data = os.path.join(a.dir, f"data-{a.rows}-{a.dim}-{a.clusters}")
     t = time.perf_counter()
     write_data(data, a.rows, a.dim, a.clusters)

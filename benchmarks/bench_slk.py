@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import SHARED_DATA, table, vector_table  # noqa: E402
 
 import streamclust  # noqa: E402
-from streamclust.metrics import accuracy, nmi  # noqa: E402
+from streamclust.model.metrics import accuracy, nmi  # noqa: E402
 
 K = {"shuttle": 7, "usps": 10}
 

@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import median, table, vector_table  # noqa: E402
 
 import streamclust  # noqa: E402
-from streamclust.metrics import accuracy, nmi  # noqa: E402
+from streamclust.model.metrics import accuracy, nmi  # noqa: E402
 
 
 def generate(n, d, k=10, latent=12, seed=0):

@@ -8,9 +8,10 @@ _EXPORTS = {
     "hookimpl": "hookspecs", "Algorithm": "algorithm", "Assignment": "algorithm",
     "EpochReport": "algorithm", "Param": "algorithm", "Requirements": "algorithm",
     "DataError": "errors", "ModelError": "errors", "ParameterError": "errors",
-    "PluginError": "errors", "StreamclustError": "errors", "fit": "engine",
-    "KNNGraph": "knn", "knn_graph": "knn", "Model": "model", "load_model": "model",
-    "PluginHost": "plugins", "open_data": "sources",
+    "PluginError": "errors", "StreamclustError": "errors", "fit": "run.engine",
+    "KNNGraph": "graph.knn", "knn_graph": "graph.knn", "Model": "model.fitted",
+    "load_model": "model.fitted", "PluginHost": "plugins", "open_data": "data.sources",
+    "Context": "run.context",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

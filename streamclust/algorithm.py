@@ -66,7 +66,7 @@ class Requirements:
     reads with the features and serves through ``ctx.column(name)``; they are never features.
     ``knn`` (> 0) asks for the k-nearest-neighbour graph of the rows: the engine builds it (or
     reuses / extends the one in the work directory) before ``start`` and serves it as ``ctx.knn``
-    (:class:`streamclust.KNNGraph`) and ``ctx.knn_index()`` (:class:`streamclust.knn.KNNIndex`).
+    (:class:`streamclust.KNNGraph`) and ``ctx.knn_index()`` (:class:`streamclust.graph.knn.KNNIndex`).
     ``transform`` (``"l2"``: unit-norm rows) is applied by the engine to the cached rows and by the
     model to the rows given to ``predict``."""
 

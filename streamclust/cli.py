@@ -17,7 +17,7 @@ class _Group(click.Group):
     def invoke(self, ctx):
         import signal
 
-        from .interrupt import Terminated, on_sigterm
+        from .base.interrupt import Terminated, on_sigterm
         try:
             signal.signal(signal.SIGTERM, on_sigterm)
         except ValueError:  # not the main thread (an embedding application): leave it alone
@@ -151,8 +151,8 @@ def fit(data, algorithm, clusters, features, exclude, scale, sets, seed, batch_s
 
     The feature cache (rows × features × 4 bytes) is written to --work-dir, or to a temporary
     directory under $TMPDIR that is removed at the end."""
-    from .engine import fit as _fit
-    from .model_files import check_model_out
+    from .run.engine import fit as _fit
+    from .model.files import check_model_out
     from .plugins import PluginHost
     check_model_out(out, overwrite)  # before the first pass, not after hours of fitting
     if clusters is None and not PluginHost().algorithm(algorithm).chooses_k:
@@ -163,7 +163,7 @@ def fit(data, algorithm, clusters, features, exclude, scale, sets, seed, batch_s
         _quiet_logging()
     executor = None
     if scheduler:
-        from .dask_executor import DaskExecutor
+        from .run.dask_executor import DaskExecutor
         executor = DaskExecutor(scheduler=scheduler, n_workers=workers)
     try:
         model = _fit(data, algorithm, clusters, features=_split(features),
@@ -204,7 +204,7 @@ def fit(data, algorithm, clusters, features, exclude, scale, sets, seed, batch_s
               help="Add the N most probable clusters per row ('soft_clusters', 'soft_probs'), for large k.")
 def predict(model_dir, data, out, keep, batch_size, skip_invalid, overwrite, soft, soft_top):
     """Label every row of DATA with MODEL_DIR; write passthrough columns + cluster to --out."""
-    from .model import load_model
+    from .model.fitted import load_model
     model = load_model(model_dir)
     if soft and soft_top:
         raise click.UsageError("give --soft or --soft-top, not both")
@@ -224,7 +224,7 @@ def predict(model_dir, data, out, keep, batch_size, skip_invalid, overwrite, sof
 def evaluate(model_dir, data, labels, batch_size, skip_invalid, as_json):
     """Score MODEL_DIR on DATA against --labels: nmi, acc (one-to-one), acc_many_to_one (= purity),
     and for centroid models the mean quantization_error."""
-    from .model import load_model
+    from .model.fitted import load_model
     _print(load_model(model_dir).evaluate(data, labels, batch_size,
                                           on_invalid="skip" if skip_invalid else "error"), as_json)
 
@@ -242,8 +242,8 @@ def evaluate(model_dir, data, labels, batch_size, skip_invalid, as_json):
 def report(model_dir, data, out, labels, sample, batch_size, skip_invalid, overwrite):
     """One self-contained HTML page of MODEL_DIR: parameters, history curves and, with DATA,
     cluster sizes, a 2-D projection and (--labels) scores (one pass over DATA)."""
-    from .model import load_model
-    from .report import write_report
+    from .model.fitted import load_model
+    from .model.report import write_report
     res = write_report(load_model(model_dir), out, data, labels, sample, batch_size, overwrite,
                        on_invalid="skip" if skip_invalid else "error")
     click.echo(f"report of {res['rows']} rows in {res['seconds']:.2f} s -> {res['out']}")
@@ -273,7 +273,7 @@ def report(model_dir, data, out, labels, sample, batch_size, skip_invalid, overw
 def sweep(data, algorithm, ks, sample, seeds, features, exclude, scale, sets, seed, batch_size,
           skip_invalid, out, overwrite, quiet, as_json):
     """Fit ALGORITHM on a sample of DATA for a range of k; print the criteria and suggest k."""
-    from .atomic import check_output_file
+    from .base.atomic import check_output_file
     from .sweep import parse_ks, sweep as _sweep, write_page
     parse_ks(ks)
     if out:
@@ -315,11 +315,11 @@ def graph(data, neighbors, features, exclude, scale, out, shard_rows, ef, m, bat
     """Build the kNN graph of DATA (ids N×k int64, distances N×k float32) into --out."""
     import os
     import time
-    from .knn import KNN_DIR, knn_graph
+    from .graph.knn import KNN_DIR, knn_graph
     t = time.perf_counter()
     executor = None
     if scheduler:
-        from .dask_executor import DaskExecutor
+        from .run.dask_executor import DaskExecutor
         executor = DaskExecutor(scheduler=scheduler, n_workers=workers)
     try:
         g = knn_graph(data, neighbors, features=_split(features), exclude=_split(exclude),
@@ -366,7 +366,7 @@ def plugins(as_json):
 @_JSON
 def info(data, features, exclude, as_json):
     """Rows, columns, files and the feature columns a fit would take (reads metadata only)."""
-    from .sources import open_data
+    from .data.sources import open_data
     d = open_data(data, features=_split(features), exclude=_split(exclude))
     src = d.source
     _print({"source": src.name, "rows": src.n_rows, "files": len(getattr(src, "files", [])) or None,

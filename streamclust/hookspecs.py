@@ -17,7 +17,7 @@ def streamclust_register_algorithms(registry) -> None:
 @hookspec
 def streamclust_register_sources(registry) -> None:
     """Register source openers: ``registry.add(opener)`` where ``opener(data)`` returns a
-    :class:`streamclust.sources.Source` for inputs it understands, or None."""
+    :class:`streamclust.data.sources.Source` for inputs it understands, or None."""
 
 
 @hookspec

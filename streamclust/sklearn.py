@@ -22,7 +22,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
-from .engine import fit as _fit
+from .run.engine import fit as _fit
 
 _COMMON = {"n_clusters": 8, "scale": "none", "max_epochs": 100, "random_state": None,
            "batch_size": 65536}
@@ -54,7 +54,7 @@ class _Base(ClusterMixin, BaseEstimator):
         params = dict(self._algo_params())
         if given is not None:
             import pyarrow as pa
-            from .sources import array_to_table
+            from .data.sources import array_to_table
             given = np.asarray(given)
             if len(given) != len(X):
                 raise ValueError(f"y has {len(given)} values but X has {len(X)} rows")

@@ -1,7 +1,7 @@
 """Help choosing k: ``streamclust sweep DATA -a ALGO -k 2..30`` / :func:`sweep`.
 
 One pass draws a uniform sample of the rows (``sample``, the smallest row-id hashes: see
-:mod:`streamclust.rowsample`); the algorithm is fitted on it for every k and ``seeds`` seeds.
+:mod:`streamclust.data.rowsample`); the algorithm is fitted on it for every k and ``seeds`` seeds.
 Per k: the final objective, BIC where the algorithm gives a log-likelihood
 (``log_likelihood(X)`` and ``n_parameters_``: D-GMM), the mean silhouette of the sample in the
 space the algorithm clusters (scaled, transformed), and the stability: the mean adjusted Rand
@@ -49,9 +49,9 @@ def parse_ks(text) -> list[int]:
 def draw_sample(data, n: int, seed: int = 0, features=None, exclude=None, batch_size: int = 65536,
                 on_invalid: str = "error"):
     """A uniform sample of at most ``n`` rows of ``data`` (float32) in one pass, with its
-    :class:`~streamclust.sources.Data` (the feature columns)."""
-    from .rowsample import RowSampler
-    from .sources import open_data
+    :class:`~streamclust.data.sources.Data` (the feature columns)."""
+    from .data.rowsample import RowSampler
+    from .data.sources import open_data
     d = open_data(data, features=features, exclude=exclude, on_invalid=on_invalid)
     sampler = RowSampler(n, seed)
     for b in d.iter_batches(batch_size):
@@ -129,7 +129,7 @@ def sweep(data, algorithm: str, ks, *, sample: int = 3000, seeds: int = 3, seed:
           features=None, exclude=None, scale: str = "none", batch_size: int = 65536,
           on_invalid: str = "error", progress: bool | None = None, params: dict | None = None) -> SweepResult:
     """Fit ``algorithm`` on a sample of ``data`` for every k in ``ks`` (see the module's text)."""
-    from .engine import _progress_enabled
+    from .run.engine import _progress_enabled
     from .plugins import PluginHost
     ks = parse_ks(ks)
     if PluginHost().algorithm(algorithm).chooses_k:
@@ -142,7 +142,7 @@ def sweep(data, algorithm: str, ks, *, sample: int = 3000, seeds: int = 3, seed:
         raise DataError(f"{d.source.name}: k up to {ks[-1]} on a sample of {len(S)} rows")
     res = SweepResult(algorithm, sample=len(S), seeds=seeds, source=d.source.name)
     import logging
-    engine_log = logging.getLogger("streamclust.engine")
+    engine_log = logging.getLogger("streamclust.run.engine")
     level = engine_log.level
     engine_log.setLevel(max(level, logging.WARNING))  # one line per inner fit would drown the table
     try:
@@ -154,9 +154,9 @@ def sweep(data, algorithm: str, ks, *, sample: int = 3000, seeds: int = 3, seed:
 
 
 def _fits(res, S, algorithm, ks, seeds, seed, scale, params, show):
-    from .engine import fit
-    from .metrics import adjusted_rand, silhouette
-    from .progress import bar as progress_bar
+    from .run.engine import fit
+    from .model.metrics import adjusted_rand, silhouette
+    from .base.progress import bar as progress_bar
     with progress_bar(show, total=len(ks) * seeds, desc=f"sweep {algorithm}", unit="fit") as bar:
         for k in ks:
             t = time.perf_counter()
@@ -185,7 +185,7 @@ def _fits(res, S, algorithm, ks, seeds, seed, scale, params, show):
 
 def render(res: SweepResult) -> str:
     """The sweep's page: its curves against k, the table and the suggestion."""
-    from .report import _CSS, _plt, _svg, _table
+    from .model.report import _CSS, _plt, _svg, _table
     plt = _plt()
     series = [("silhouette", "mean silhouette"), ("stability", "stability (mean ARI across seeds)"),
               ("objective", "objective"), ("bic", "BIC")]
@@ -212,7 +212,7 @@ def render(res: SweepResult) -> str:
 
 
 def write_page(res: SweepResult, out: str, overwrite: bool = False, inputs=()) -> str:
-    from .atomic import atomic_path, check_output_file
+    from .base.atomic import atomic_path, check_output_file
     check_output_file(out, inputs, overwrite)
     page = render(res)
     with atomic_path(out) as tmp, open(tmp, "w", encoding="utf-8") as f:

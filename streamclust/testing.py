@@ -27,20 +27,20 @@ from typing import Callable
 
 import numpy as np
 
-from .engine import fit
+from .run.engine import fit
 from .errors import ParameterError
-from .metrics import nmi
-from .model import load_model
+from .model.metrics import nmi
+from .model.fitted import load_model
 from .plugins import PluginHost
 
 
 def make_context(X, work_dir: str, n_clusters: int = 2, seed: int = 0, batch_size: int = 65536):
-    """A :class:`~streamclust.context.Context` over ``X`` (cached in ``work_dir``) with the local
+    """A :class:`~streamclust.run.context.Context` over ``X`` (cached in ``work_dir``) with the local
     executor, for testing an algorithm's helpers (seeding, passes) outside a fit."""
-    from .cache import FeatureCache
-    from .context import Context
-    from .executor import LocalExecutor
-    from .sources import open_data
+    from .data.cache import FeatureCache
+    from .run.context import Context
+    from .run.executor import LocalExecutor
+    from .data.sources import open_data
     import os
     os.makedirs(work_dir, exist_ok=True)
     cache = FeatureCache.build(open_data(X), work_dir, batch_size)
@@ -104,7 +104,7 @@ def check_batch_size_independent(algorithm, params=None, host=None):
 
 
 def check_executor_equivalent(algorithm, params=None, host=None, executor=None):
-    """The same fit through ``executor`` (e.g. a :class:`~streamclust.dask_executor.DaskExecutor`)
+    """The same fit through ``executor`` (e.g. a :class:`~streamclust.run.dask_executor.DaskExecutor`)
     and through the local executor: same labels (NMI > 0.999) and float state within 1e-6
     relative.  An algorithm whose distributed passes are not exact (``distributed_exact =
     False``: SGD whose workers' weights are averaged) must find the blobs on both and agree
@@ -285,7 +285,7 @@ class AlgorithmContract:
         """The executor for ``check_executor_equivalent``: a local Dask cluster with two worker
         processes (closed after the check), or None to skip the check."""
         try:
-            from .dask_executor import DaskExecutor
+            from .run.dask_executor import DaskExecutor
             return DaskExecutor(scheduler="local", n_workers=2)
         except ParameterError:  # dask.distributed not installed
             return None

@@ -2,15 +2,15 @@
 contract (``streamclust``) and the test kit (``streamclust.testing``).  Everything else in the
 package is private and may change.  ``docs/toolkit.md`` lists each name with its use.
 """
-from .checks import NON_NEGATIVE, POSITIVE, at_least, in_range
-from .distances import nearest_center, pairwise_sqdist
+from .base.checks import NON_NEGATIVE, POSITIVE, at_least, in_range
+from .base.distances import nearest_center, pairwise_sqdist
 from .errors import DataError, ModelError, ParameterError, PluginError, StreamclustError
-from .executor import weights_of
-from .knn import KNNGraph, KNNIndex
-from .metrics import (Contingency, accuracy, nmi, purity, quantization_error)
-from .rng import rng_below, rng_init, rng_next, rng_uniform
-from .rowmath import softmax_into, sqdist
-from .sources import Batch
+from .run.executor import weights_of
+from .graph.knn import KNNGraph, KNNIndex
+from .model.metrics import (Contingency, accuracy, nmi, purity, quantization_error)
+from .base.rng import rng_below, rng_init, rng_next, rng_uniform
+from .base.rowmath import softmax_into, sqdist
+from .data.batch import Batch
 from .summaries import (WeightedSample, afkmc2, afkmc2_stream, afkmc2_trials, kmeans, kmeanspp,
                         lightweight_coreset)
 

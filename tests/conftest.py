@@ -69,7 +69,7 @@ def host_with(*classes):
 def dask_executor():
     """One LocalCluster (2 single-threaded worker processes) for the whole test session."""
     distributed = pytest.importorskip("distributed", reason="the Dask tests need streamclust[dask]")
-    from streamclust.dask_executor import DaskExecutor
+    from streamclust.run.dask_executor import DaskExecutor
     cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                        dashboard_address=":0")
     client = distributed.Client(cluster)

@@ -162,7 +162,7 @@ def model_dir(tmp_path, blob_dir):
 
 def restamp(meta):
     """``meta`` with its checksum recomputed (an edit made by something that knows the format)."""
-    from streamclust.model_files import _meta_digest
+    from streamclust.model.files import _meta_digest
     meta = dict(meta)
     meta["sha256"] = _meta_digest(meta)
     return meta
@@ -325,7 +325,7 @@ def test_input_sets_are_what_was_named(tmp_path):
     files is refused instead of silently dropping the IPC ones."""
     import pyarrow.feather as feather
     import streamclust
-    from streamclust.sources import open_data
+    from streamclust.data.sources import open_data
     pq.write_table(pa.table({"a": np.arange(5.0)}), tmp_path / "run[1].parquet")
     pq.write_table(pa.table({"a": np.arange(7.0)}), tmp_path / "run1.parquet")
     d = open_data(str(tmp_path / "run[1].parquet"), features=["a"])

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import streamclust
-from streamclust.checkpoint import WorkDirLock, find
+from streamclust.base.workdir import WorkDirLock
+from streamclust.run.checkpoint import find
 from streamclust.errors import ParameterError, StreamclustError
 from streamclust.testing import make_blobs
 

@@ -4,10 +4,10 @@ import pyarrow as pa
 import pytest
 from sklearn.cluster import KMeans
 
-from streamclust.cache import FeatureCache
-from streamclust.columns import check_columns, column_size, column_values, load_column
+from streamclust.data.cache import FeatureCache
+from streamclust.data.columns import check_columns, column_size, column_values, load_column
 from streamclust.errors import DataError
-from streamclust.sources import open_data
+from streamclust.data.sources import open_data
 from streamclust.summaries import kmeans
 
 from conftest import write_parquet_dir
@@ -99,7 +99,7 @@ def test_streamed_codes_equal_one_dictionary_encoding_of_the_whole_column(tmp_pa
 
 def test_a_failed_pass_leaves_no_column_file(tmp_path):
     import os
-    from streamclust.columns import ColumnCollector
+    from streamclust.data.columns import ColumnCollector
     work = str(tmp_path)
     c = ColumnCollector(["label"], work)
     assert len(os.listdir(work)) == 1

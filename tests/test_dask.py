@@ -16,11 +16,11 @@ from conftest import write_parquet_dir  # noqa: E402
 
 
 def test_dask_runs_every_batch_once_and_merges_in_order(dask_executor, tmp_path):
-    from streamclust.cache import FeatureCache
-    from streamclust.sources import open_data
+    from streamclust.data.cache import FeatureCache
+    from streamclust.data.sources import open_data
     X = np.arange(1000 * 3, dtype=np.float32).reshape(1000, 3)
     cache = FeatureCache.build(open_data(X), str(tmp_path), 64)
-    from streamclust.executor import LocalExecutor
+    from streamclust.run.executor import LocalExecutor
     local = LocalExecutor().aggregate(_first_rows, cache, None, batch_size=64, merge=_concat)
     remote = dask_executor.aggregate(_first_rows, cache, None, batch_size=64, merge=_concat)
     assert remote == local == list(range(0, 1000, 64))
@@ -29,8 +29,8 @@ def test_dask_runs_every_batch_once_and_merges_in_order(dask_executor, tmp_path)
 
 
 def test_row_state_written_by_workers_is_seen_by_the_client(dask_executor, tmp_path):
-    from streamclust.cache import FeatureCache, RowState
-    from streamclust.sources import open_data
+    from streamclust.data.cache import FeatureCache, RowState
+    from streamclust.data.sources import open_data
     X = np.random.default_rng(0).normal(size=(500, 4)).astype(np.float32)
     cache = FeatureCache.build(open_data(X), str(tmp_path), 50)
     st = RowState(str(tmp_path / "state.npy"), (500,), np.float64)
@@ -68,7 +68,7 @@ def test_own_local_cluster_drops_only_the_heartbeat_traceback_of_its_close():
     """distributed logs a traceback when a worker's heartbeat meets the scheduler closing; it
     ended a finished --scheduler local fit now and then (a flaky CLI test).  The executor's own
     LocalCluster drops that message on every worker, and only that one."""
-    from streamclust.dask_executor import DaskExecutor
+    from streamclust.run.dask_executor import DaskExecutor
     with DaskExecutor(scheduler="local", n_workers=2) as ex:
         got = ex.client.run(_worker_filters_heartbeat_noise)
     assert len(got) == 2 and all(v == (True, True) for v in got.values()), got

@@ -98,8 +98,8 @@ def test_graph_bad_sizes_leave_nothing(tmp_path):
 def test_graph_takes_the_work_directory_lock(tmp_path):
     """A graph build beside another writer of the directory (a fit, another graph) is refused
     with the holder named, and the directory's files are left as they were."""
-    from streamclust.checkpoint import WorkDirLock
-    from streamclust.knn import knn_graph
+    from streamclust.base.workdir import WorkDirLock
+    from streamclust.graph.knn import knn_graph
     _, data = _graph_data(tmp_path, 500)
     work = tmp_path / "w"
     work.mkdir()
@@ -118,7 +118,7 @@ def test_concurrent_graph_and_fit_on_one_work_directory(tmp_path):
     import subprocess
     import sys
     from scipy.spatial.distance import cdist
-    from streamclust.knn import KNN_DIR, META, KNNGraph
+    from streamclust.graph.knn import KNN_DIR, META, KNNGraph
     X, data = _graph_data(tmp_path)
     work = str(tmp_path / "w")
     cli = [sys.executable, "-m", "streamclust.cli"]
@@ -177,7 +177,7 @@ def test_sigterm_cleans_up_like_ctrl_c(tmp_path):
 def test_stale_work_directories_of_dead_runs_are_removed(tmp_path, monkeypatch):
     import tempfile
     import time
-    from streamclust.checkpoint import LOCK, WorkDirLock
+    from streamclust.base.workdir import LOCK, WorkDirLock
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     dead, alive, young = (tmp_path / f"streamclust-{n}" for n in ("dead", "alive", "young"))
     for d in (dead, alive, young):
@@ -223,9 +223,9 @@ def test_an_out_path_that_cannot_be_created_fails_before_the_fit(tmp_path):
 def test_a_dropped_sigterm_exception_still_stops_at_the_next_batch():
     """The handler's exception can be dropped (raised inside a __del__); the flag it sets stops
     the pass at the next batch."""
-    from streamclust.executor import LocalExecutor
-    from streamclust.interrupt import TERMINATED, Terminated
-    from streamclust.sources import open_data
+    from streamclust.run.executor import LocalExecutor
+    from streamclust.base.interrupt import TERMINATED, Terminated
+    from streamclust.data.sources import open_data
     X = np.zeros((100, 2), np.float32)
     TERMINATED.set()
     try:

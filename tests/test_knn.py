@@ -125,7 +125,7 @@ def test_parallel_shards_are_deterministic_and_the_index_queries_like_brute_forc
 
 
 def test_knn_index_query_of_new_rows(tmp_path):
-    from streamclust.knn import load_index
+    from streamclust.graph.knn import load_index
     X, _ = make_blobs(n=1500, k=5, d=6, seed=9)
     X = X.astype(np.float32)
     work = str(tmp_path / "w")

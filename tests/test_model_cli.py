@@ -9,7 +9,7 @@ from sklearn.metrics.cluster import contingency_matrix
 
 import streamclust
 from streamclust.cli import main
-from streamclust.metrics import accuracy, nmi, quantization_error
+from streamclust.model.metrics import accuracy, nmi, quantization_error
 
 
 def test_metrics_match_sklearn_and_brute_force():

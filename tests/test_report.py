@@ -51,7 +51,7 @@ def test_report_states_what_the_data_say(tmp_path):
         cells = "".join(f"<td>{v}</td>" for v in C[i, np.argsort(-sizes, kind="stable")])
         assert f'<td class="k">{i}</td>{cells}<td>{C[i].sum()}</td>' in page
     # the sample: the same rows at any batch size
-    from streamclust.report import scan
+    from streamclust.model.report import scan
     a = scan(m, path, sample=400, batch_size=97)
     b = scan(m, path, sample=400, batch_size=5000)
     np.testing.assert_array_equal(a["sample"], b["sample"])
@@ -71,7 +71,7 @@ def test_every_builtin_algorithm_has_its_curves_on_the_page(tmp_path, algo, k, k
     m = streamclust.fit(X, algo, k, progress=False, **kw)
     res = m.report(str(tmp_path / "r.html"), X)
     page = open(res["out"], encoding="utf-8").read()
-    from streamclust.report import curves
+    from streamclust.model.report import curves
     names = curves(m.history)
     assert names, "no curve in the history"
     for name in names:  # every numeric series of the history has its panel, titled

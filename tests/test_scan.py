@@ -6,7 +6,7 @@ import pytest
 
 import streamclust
 from streamclust import Algorithm, EpochReport
-from streamclust.executor import average_states, spread
+from streamclust.run.executor import average_states, spread
 from conftest import host_with
 from streamclust.testing import make_blobs, make_context
 from streamclust.toolkit import at_least, kmeanspp, nearest_center, quantization_error
@@ -111,7 +111,7 @@ def test_sgd_result_does_not_depend_on_the_batch_size(data):
 
 def test_sgd_on_dask_one_worker_equals_local_two_workers_close(data):
     distributed = pytest.importorskip("distributed", reason="needs streamclust[dask]")
-    from streamclust.dask_executor import DaskExecutor
+    from streamclust.run.dask_executor import DaskExecutor
     local = _fit(data, batch_size=700)
     for workers in (1, 2):
         with distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,

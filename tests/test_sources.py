@@ -3,8 +3,8 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
-from streamclust.cache import FeatureCache
-from streamclust.sources import ParquetSource, open_data
+from streamclust.data.cache import FeatureCache
+from streamclust.data.sources import ParquetSource, open_data
 
 from conftest import write_parquet_dir
 

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from streamclust.cache import FeatureCache
-from streamclust.context import Context
-from streamclust.executor import LocalExecutor
-from streamclust.sources import open_data
+from streamclust.data.cache import FeatureCache
+from streamclust.run.context import Context
+from streamclust.run.executor import LocalExecutor
+from streamclust.data.sources import open_data
 from streamclust.summaries import afkmc2, importance_sample, kmeanspp
 
 

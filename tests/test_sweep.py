@@ -11,7 +11,7 @@ from sklearn.metrics import adjusted_rand_score, silhouette_score
 
 import streamclust
 from streamclust.cli import main
-from streamclust.metrics import adjusted_rand, silhouette
+from streamclust.model.metrics import adjusted_rand, silhouette
 from streamclust.sweep import elbow, parse_ks, sweep
 from streamclust.testing import make_blobs
 

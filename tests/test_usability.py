@@ -197,7 +197,7 @@ def test_csv_is_read_streamed_like_parquet(tmp_path):
     # a value that does not fit the column's inferred type is named with its file
     with open(tmp_path / "bad.csv", "w") as f:
         f.write("a,b\n" + "1,2\n" * 5 + "1.5,2\n")
-    import streamclust.csv_source as cs
+    import streamclust.data.csv_source as cs
     old, cs.BLOCK_BYTES = cs.BLOCK_BYTES, 16  # the type is inferred from the first block
     try:
         with pytest.raises(streamclust.DataError, match=r"bad\.csv.*conversion error"):
@@ -274,7 +274,7 @@ def test_import_and_help_load_no_numerics():
     import sys
     code = ("import sys, streamclust.cli; from click.testing import CliRunner; "
             "CliRunner().invoke(streamclust.cli.main, ['--help']); "
-            "print(sorted(m for m in ('numba', 'pyarrow', 'scipy', 'streamclust.engine') if m in sys.modules))")
+            "print(sorted(m for m in ('numba', 'pyarrow', 'scipy', 'streamclust.run.engine') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
 

@@ -1,4 +1,6 @@
-"""Summaries built by passes over the data: coresets, importance samples, seeding."""
+"""Summaries built by passes over the data: coresets, importance samples, seeding, in-memory k-means.
+
+May import: ``base``, ``data`` and the contract (``errors``)."""
 from .coreset import WeightedSample, importance_sample, lightweight_coreset
 from .lloyd import kmeans
 from .seeding import afkmc2, afkmc2_stream, afkmc2_trials, auto_trials, kmeanspp

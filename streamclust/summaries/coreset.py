@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..sources import Batch
+from ..data.batch import Batch
 from .kernels import sqdist_rows
 
 

@@ -4,7 +4,7 @@ from collections import namedtuple
 import numba as nb
 import numpy as np
 
-from ..rowmath import sqdist
+from ..base.rowmath import sqdist
 
 
 @nb.njit(cache=True, parallel=True)

@@ -18,8 +18,8 @@ import time
 
 import numpy as np
 
-from .atomic import atomic_path, check_output_file
-from .errors import DataError, StreamclustError
+from ..base.atomic import atomic_path, check_output_file
+from ..errors import DataError, StreamclustError
 
 #: history keys that are bookkeeping, not curves
 _NOT_CURVES = {"epoch", "rows", "seconds", "distance_evaluations", "converged"}
@@ -35,7 +35,7 @@ def scan(model, data, labels=None, sample: int = 3000, batch_size: int = 65536, 
     d = model._open(data, on_invalid)
     if labels is not None and labels not in d.source.schema.names:
         raise DataError(f"{d.source.name}: missing label column '{labels}'")
-    from .rowsample import RowSampler
+    from ..data.rowsample import RowSampler
     sizes = np.zeros(model.n_clusters, dtype=np.int64)
     table = Contingency(model.n_clusters)
     sampler = RowSampler(sample, seed)
@@ -250,7 +250,7 @@ def write_report(model, out: str, data=None, labels=None, sample: int = 3000,
         raise DataError("labels need DATA to read them from")
     inputs = ()
     if data is not None:
-        from .sources import open_data
+        from ..data.sources import open_data
         inputs = getattr(open_data(data, features=list(model.feature_spec.columns)).source, "files", ())
     check_output_file(out, inputs, overwrite)
     t = time.perf_counter()

@@ -15,8 +15,8 @@ import os
 import numpy as np
 import pyarrow as pa
 
-from .atomic import atomic_path, atomic_save_npy
-from .errors import DataError
+from ..base.atomic import atomic_path, atomic_save_npy
+from ..errors import DataError
 
 COLUMNS_META = "columns.json"
 

@@ -31,14 +31,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .atomic import atomic_json, atomic_save_npy
-from .cache import FeatureCache
-from .errors import DataError, ParameterError
-from .executor import n_threads
-from .knn_tasks import (build_shard, build_shard_file, copy_old_rows, finish_rows, load_shard,
+from ..base.atomic import atomic_json, atomic_save_npy
+from ..data.cache import FeatureCache
+from ..errors import DataError, ParameterError
+from ..base.threads import n_threads
+from .tasks import (build_shard, build_shard_file, copy_old_rows, finish_rows, load_shard,
                         merge_rows, merge_topk, query_range_file, query_shard, save_index,
                         shard_path)
-from .sources import open_data
+from ..data.sources import open_data
 
 KNN_DIR = "knn"
 META = "knn.json"
@@ -225,7 +225,7 @@ def build_graph(cache: FeatureCache, n_neighbors: int, directory: str, *, shard_
                 progress=None, executor=None) -> KNNGraph:
     """The graph of the cached rows (see the module docstring): reused, extended or built.
 
-    ``executor``: with a distributed one (:class:`~streamclust.dask_executor.DaskExecutor`) the
+    ``executor``: with a distributed one (:class:`~streamclust.run.dask_executor.DaskExecutor`) the
     shards are built and queried as tasks on its workers, which must reach ``directory`` and the
     feature cache; ``threads`` (the shard count rule) then defaults to the workers' total."""
     n, dim = cache.n_rows, cache.n_features
@@ -310,7 +310,7 @@ def knn_graph(data, n_neighbors: int = 5, *, features=None, exclude=None, work_d
     ``ef``, ``seed``, ``threads``, ``progress``.  ``features`` / ``exclude`` / ``scale``: as in
     :func:`streamclust.fit`.
     """
-    from .checkpoint import WorkDirLock
+    from ..base.workdir import WorkDirLock
     for name, v in (("n_neighbors", n_neighbors), ("batch_size", batch_size)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             # checked before anything is written (the cache pass would leave a full cache)

@@ -1,4 +1,5 @@
-"""Checkpoints of a fit in its work directory, and the lock that keeps one run per directory.
+"""Checkpoints of a fit in its work directory (the lock that keeps one run per directory is
+:mod:`streamclust.base.workdir`).
 
 After every epoch the engine writes ``<work_dir>/checkpoint/``: ``checkpoint.json`` (epoch count,
 history, what identifies the run), ``arrays.npz`` (the algorithm's arrays, ``allow_pickle=False``)
@@ -11,7 +12,6 @@ counter-based generators derive every stream from the seed, the epoch and the ro
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -19,73 +19,10 @@ import shutil
 
 import numpy as np
 
-from .errors import StreamclustError
+from ..base.atomic import jsonable
+from ..errors import StreamclustError
 
 CKPT = "checkpoint"
-LOCK = ".streamclust.lock"
-
-
-class WorkDirLock:
-    """An exclusive ``flock`` on ``<work_dir>/.streamclust.lock`` for the duration of a fit."""
-
-    def __init__(self, work_dir: str):
-        self.path = os.path.join(work_dir, LOCK)
-        self._f = None
-
-    def __enter__(self):
-        f = open(self.path, "a+")
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            f.seek(0)
-            who = f.read().strip() or "another process"
-            f.close()
-            raise StreamclustError(f"{os.path.dirname(self.path)}: the work directory is in use by "
-                                   f"another run ({who}); wait for it or use another --work-dir") from None
-        f.seek(0)
-        f.truncate()
-        f.write(f"pid {os.getpid()}")
-        f.flush()
-        self._f = f
-        return self
-
-    def __exit__(self, *exc):
-        if self._f is not None:
-            fcntl.flock(self._f, fcntl.LOCK_UN)
-            self._f.close()
-            self._f = None
-
-
-def clean_stale(parent: str, prefix: str, min_age: float = 60.0) -> list:
-    """Remove the temporary work directories ``parent/prefix*`` of runs that died without
-    cleaning up (SIGKILL, power loss): older than ``min_age`` seconds, with a lock file that no
-    process holds.  Returns the removed paths; a warning names them."""
-    import time
-    import warnings
-    removed = []
-    try:
-        names = [n for n in os.listdir(parent) if n.startswith(prefix)]
-    except OSError:
-        return removed
-    for name in names:
-        path = os.path.join(parent, name)
-        lock = os.path.join(path, LOCK)
-        try:
-            if not os.path.isfile(lock) or time.time() - os.path.getmtime(lock) < min_age:
-                continue
-            with open(lock, "a+") as f:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held: the run is alive
-                shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-        except OSError:
-            continue
-    if removed:
-        warnings.warn(f"removed {len(removed)} temporary work director"
-                      f"{'y' if len(removed) == 1 else 'ies'} of dead runs: {', '.join(removed)}",
-                      stacklevel=3)
-    return removed
-
-
 def _fsync_dir(path):
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -134,12 +71,11 @@ def write(work_dir: str, identity: dict, epoch: int, history: list, extra: dict,
     files = {"arrays.npz": _digest(os.path.join(tmp, "arrays.npz"))}
     for name in states:
         files[name] = _copy_hashed(os.path.join(work_dir, name), os.path.join(tmp, name))
-    from .model_files import _jsonable
     meta = {"identity": identity, "epoch": epoch, "history": history, "extra": extra,
             "algorithm_state": other, "arrays": sorted(arrays), "row_state": states,
             "files": files}
     with open(os.path.join(tmp, "checkpoint.json"), "w") as f:
-        json.dump(_jsonable(meta), f)
+        json.dump(jsonable(meta), f)
         f.flush()
         os.fsync(f.fileno())
     _fsync_dir(tmp)

@@ -12,8 +12,9 @@ import tempfile
 
 import numpy as np
 
-from .errors import ModelError, StreamclustError
-from .features import FeatureSpec
+from ..base.atomic import jsonable
+from ..errors import ModelError, StreamclustError
+from ..data.features import FeatureSpec
 
 MODEL_JSON = "model.json"
 ARRAYS = "arrays.npz"
@@ -33,16 +34,6 @@ def _meta_digest(meta: dict) -> str:
     body = {k: v for k, v in meta.items() if k != "sha256"}
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"),
                                      allow_nan=True).encode()).hexdigest()
-
-
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, np.generic):
-        return x.item()
-    return x
 
 
 def check_model_out(path: str, overwrite: bool = False) -> None:
@@ -95,7 +86,7 @@ def save_model(model, path: str, overwrite: bool = False) -> str:
                 raise StreamclustError(f"algorithm '{model.algorithm}' wrote a model file with a "
                                        f"reserved or nested name: {name!r}")
             files[name] = _sha256(os.path.join(tmp, name))
-        from . import __version__
+        from .. import __version__
         meta = {"format": FORMAT, "streamclust_version": __version__,
                 "algorithm": model.algorithm, "algorithm_version": model.algorithm_.version,
                 "params": model.params, "features": None if model.feature_spec is None else
@@ -104,11 +95,11 @@ def save_model(model, path: str, overwrite: bool = False) -> str:
                 "scale": None if model.scaler is None else model.scaler.to_json(),
                 "arrays": sorted(arrays), "arrays_sha256": _sha256(os.path.join(tmp, ARRAYS)),
                 "files": files}
-        meta = json.loads(json.dumps(_jsonable(meta)))  # as a reader will see it
+        meta = json.loads(json.dumps(jsonable(meta)))  # as a reader will see it
         meta["sha256"] = _meta_digest(meta)
         with open(os.path.join(tmp, MODEL_JSON), "w") as f:
             json.dump(meta, f, indent=1)
-        from .atomic import umask
+        from ..base.atomic import umask
         os.chmod(tmp, 0o777 & ~umask())  # mkdtemp made it 0700: the mode a mkdir would give
         old = None
         if os.path.exists(path):
@@ -124,10 +115,11 @@ def save_model(model, path: str, overwrite: bool = False) -> str:
     return path
 
 
-def load_model(path: str, host=None):
-    """Load a model directory written by :meth:`Model.save`; never executes its content."""
-    from .model import Model
-    from .plugins import PluginHost
+def read_model(path: str, host=None) -> dict:
+    """Read a model directory written by :func:`save_model`, checking every checksum first; never
+    executes its content.  Returns the keyword arguments of :class:`~streamclust.model.fitted.Model`
+    (``algo``, ``spec``, ``n_features``, ``history``, ``info``, ``scaler``)."""
+    from ..plugins import PluginHost
     mj, ar = os.path.join(path, MODEL_JSON), os.path.join(path, ARRAYS)
     if not os.path.isfile(mj) or not os.path.isfile(ar):
         raise ModelError(f"{path}: not a model directory (needs {MODEL_JSON} and {ARRAYS})")
@@ -181,6 +173,7 @@ def load_model(path: str, host=None):
     except StreamclustError as e:
         raise ModelError(f"{path}: {e}") from None
     spec = FeatureSpec.from_json(meta["features"]) if meta.get("features") else None
-    from .scaling import Scaler
+    from ..data.scaling import Scaler
     scaler = Scaler.from_json(meta.get("scale"), n_features, mj)
-    return Model(algo, spec, n_features, meta.get("history"), meta.get("info"), scaler=scaler)
+    return {"algo": algo, "spec": spec, "n_features": n_features, "history": meta.get("history"),
+            "info": meta.get("info"), "scaler": scaler}

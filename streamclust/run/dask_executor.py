@@ -26,11 +26,12 @@ from typing import Callable
 
 import numpy as np
 
-from .cache import FeatureCache, RowState
-from .errors import ParameterError, StreamclustError
-from .executor import average_states, merge_sum, n_threads, scan_batches, spread
-from .interrupt import Terminated, check
-from .sources import Batch
+from ..data.cache import FeatureCache, RowState
+from ..errors import ParameterError, StreamclustError
+from ..base.threads import n_threads
+from .executor import average_states, merge_sum, scan_batches, spread
+from ..base.interrupt import Terminated, check
+from ..data.batch import Batch
 
 
 try:

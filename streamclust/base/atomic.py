@@ -8,6 +8,8 @@ import json
 import os
 import tempfile
 
+import numpy as np
+
 
 @contextlib.contextmanager
 def atomic_path(path: str, suffix: str = ".tmp"):
@@ -55,7 +57,7 @@ def atomic_save_npy(path: str, arr) -> None:
 def check_output_file(out: str, inputs=(), overwrite: bool = False) -> None:
     """Refuse the output file ``out`` when it is one of the ``inputs`` (never overwritten), a
     directory, or an existing file without ``overwrite``; checked before the first pass."""
-    from .errors import DataError, StreamclustError
+    from ..errors import DataError, StreamclustError
     path = os.path.abspath(out)
     if not os.path.exists(path):
         return
@@ -66,3 +68,14 @@ def check_output_file(out: str, inputs=(), overwrite: bool = False) -> None:
         raise StreamclustError(f"{path}: is a directory; not overwritten")
     if not overwrite:
         raise StreamclustError(f"{path}: exists; not overwritten (pass overwrite=True / --overwrite)")
+
+
+def jsonable(x):
+    """``x`` with tuples as lists, dict keys as strings and NumPy scalars as Python numbers."""
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, np.generic):
+        return x.item()
+    return x

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import ModelError, ParameterError
+from ..errors import ModelError, ParameterError
 
 SCALES = ("none", "standard", "minmax")
 

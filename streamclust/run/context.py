@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 
-from .cache import FeatureCache, RowState
+from ..data.cache import FeatureCache, RowState
 from .executor import merge_sum, shuffled_blocks
 
 #: default rows per block of the ordered pass
@@ -55,7 +55,7 @@ class Context:
         """The graph's hnswlib shards as one :class:`streamclust.toolkit.KNNIndex` (in memory)."""
         if self.knn is None:
             raise RuntimeError("no kNN graph: declare Requirements(knn=k) to have one built")
-        from .knn import KNN_DIR, load_index
+        from ..graph.knn import KNN_DIR, load_index
         return load_index(os.path.join(self.work_dir, KNN_DIR))
 
     @property
@@ -70,7 +70,7 @@ class Context:
         return np.random.Generator(np.random.PCG64(np.random.SeedSequence([self.seed, *stream])))
 
     def _bar(self, data, desc: str):
-        from .progress import bar
+        from ..base.progress import bar
         return bar(self._progress, total=data.n_rows, unit="rows", desc=desc, leave=False)
 
     def aggregate(self, step, params, *, data=None, state=(), merge=merge_sum):
@@ -117,17 +117,17 @@ class Context:
 
     def column(self, name: str) -> np.ndarray:
         """Row-aligned int64 codes of a column declared in ``Requirements.columns``."""
-        from .columns import load_column
+        from ..data.columns import load_column
         return load_column(self.work_dir, name)
 
     def column_values(self, name: str) -> list:
-        from .columns import column_values
+        from ..data.columns import column_values
         return column_values(self.work_dir, name)
 
     def column_size(self, name: str) -> int:
         """How many distinct values a declared column has (``len(column_values(name))``
         without loading them)."""
-        from .columns import column_size
+        from ..data.columns import column_size
         return column_size(self.work_dir, name)
 
     def prepare(self, coreset: int = 0, sample: int = 0) -> None:
@@ -171,7 +171,7 @@ class Context:
     def batch_stats(self) -> dict:
         """``{batch start: (n, Σx, Σ||x||²)}`` over the cache (one pass, then cached)."""
         if self._stats is None:
-            from .summaries.coreset import stats_step
+            from ..summaries.coreset import stats_step
             self._stats = self.aggregate(stats_step, None)
         return self._stats
 
@@ -180,6 +180,6 @@ class Context:
         passes, cached for the run)."""
         size = self._size("coreset", size)
         if size not in self._coresets:
-            from .summaries import lightweight_coreset
+            from ..summaries import lightweight_coreset
             self._coresets[size] = lightweight_coreset(self, size, self.rng(0xC0DE, size))
         return self._coresets[size]

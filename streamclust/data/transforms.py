@@ -10,7 +10,7 @@ TRANSFORMS = ("", "l2")
 
 def check(name: str) -> str:
     if name not in TRANSFORMS:
-        from .errors import ParameterError
+        from ..errors import ParameterError
         raise ParameterError(f"unknown row transform {name!r}; known: {list(TRANSFORMS)}")
     return name
 

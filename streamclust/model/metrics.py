@@ -117,7 +117,7 @@ def purity(labels_true, labels_pred) -> float:
 
 def quantization_error(X, centers, chunk: int = 8192) -> float:
     """Q = Σ_n min_c ||x_n − μ_c||²."""
-    from .distances import nearest_center
+    from ..base.distances import nearest_center
     return float(nearest_center(X, centers, chunk)[1].sum())
 
 

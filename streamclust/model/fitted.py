@@ -1,5 +1,5 @@
 """Fitted models: prediction (in memory and streamed to Parquet) and evaluation; the model
-directory format is in :mod:`streamclust.model_files`."""
+directory format is in :mod:`streamclust.model.files`."""
 from __future__ import annotations
 
 import os
@@ -8,13 +8,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .algorithm import Algorithm
-from .atomic import atomic_path, check_output_file
-from .errors import DataError
-from .features import FeatureSpec
+from ..algorithm import Algorithm
+from ..base.atomic import atomic_path, check_output_file
+from ..errors import DataError
+from ..data.features import FeatureSpec
 from .metrics import Contingency
-
-from .model_files import ARRAYS, MODEL_JSON  # noqa: F401  (re-exported)
 
 
 class Model:
@@ -23,7 +21,7 @@ class Model:
     def __init__(self, algo: Algorithm, spec: FeatureSpec | None, n_features: int,
                  history: list | None = None, info: dict | None = None, scaler=None):
         self.algorithm_ = algo
-        self.scaler = scaler  # streamclust.scaling.Scaler (fit(scale=...)) or None
+        self.scaler = scaler  # streamclust.data.scaling.Scaler (fit(scale=...)) or None
         self.feature_spec = spec
         self.n_features = int(n_features)
         self.history = list(history or [])
@@ -62,7 +60,7 @@ class Model:
 
     def _model_rows(self, X: np.ndarray) -> np.ndarray:
         """Rows as the algorithm saw them in the fit: scaled, then transformed."""
-        from .transforms import apply
+        from ..data.transforms import apply
         if self.scaler is not None:
             X = self.scaler.apply(X)
         return apply(self.algorithm_.requirements().transform, X)
@@ -80,7 +78,7 @@ class Model:
         return (labels, a.soft) if soft else labels
 
     def _open(self, data, on_invalid="error"):
-        from .sources import open_data
+        from ..data.sources import open_data
         cols = list(self.feature_spec.columns)
         d = open_data(data, features=cols, on_invalid=on_invalid)
         if d.n_features != self.n_features:
@@ -97,7 +95,7 @@ class Model:
             raise DataError(f"evaluate: {len(X)} rows but {len(y)} labels")
         spec = self.feature_spec
         if spec is None or spec.vector:
-            from .sources import array_to_table
+            from ..data.sources import array_to_table
             t = array_to_table(X, spec.columns[0] if spec else "features")
         else:
             t = pa.table({c: np.asarray(X[:, j]) for j, c in enumerate(spec.columns)})
@@ -171,7 +169,7 @@ class Model:
         table = Contingency(self.n_clusters)
         q = 0.0
         rows = unlabeled = skipped = 0
-        from .distances import nearest_center
+        from ..base.distances import nearest_center
         for b in d.iter_batches(batch_size, keep=[labels]):
             Z = self._model_rows(b.X)
             pred = self.algorithm_.predict(Z).labels
@@ -203,15 +201,15 @@ class Model:
 
     def report(self, out: str, data=None, labels=None, sample: int = 3000, batch_size: int = 65536,
                overwrite: bool = False) -> dict:
-        """Write a one-page HTML report (see :mod:`streamclust.report`)."""
+        """Write a one-page HTML report (see :mod:`streamclust.model.report`)."""
         from .report import write_report
         return write_report(self, out, data, labels, sample, batch_size, overwrite)
 
-    # -- persistence (streamclust/model_files.py) -------------------------------------------------
+    # -- persistence (streamclust/model/files.py) -------------------------------------------------
     def save(self, path: str, overwrite: bool = False) -> str:
         """Write the model directory ``path`` atomically (temporary directory, then rename).
         An existing directory is refused unless ``overwrite`` and it holds only a model."""
-        from .model_files import save_model
+        from .files import save_model
         return save_model(self, path, overwrite)
 
     def __repr__(self) -> str:
@@ -255,5 +253,5 @@ def _soft_columns(P, top: int, names, kept) -> list:
 
 def load_model(path: str, host=None) -> "Model":
     """Load a model directory written by :meth:`Model.save`; never executes its content."""
-    from .model_files import load_model as _load
-    return _load(path, host)
+    from .files import read_model
+    return Model(**read_model(path, host))

@@ -1,17 +1,19 @@
 """Data behind a URI: ``file://`` is a local path; any other scheme goes to the filesystem pyarrow
 knows for it (``s3://``, ``gs://``, ``hdfs://`` when pyarrow was built with them), else to fsspec
 (``memory://``, ``abfs://``, … with the matching driver installed), wrapped as a pyarrow
-filesystem.  A scheme neither knows is an error that says what to install."""
+filesystem.  A scheme neither knows is an error that says what to install.  Also the local
+side: the files of a path, directory or glob (:func:`expand_files`) and their fingerprint."""
 from __future__ import annotations
 
 import fnmatch
+import glob
 import os
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from .errors import DataError
+from ..errors import DataError
 
 
 def is_uri(path: str) -> bool:
@@ -71,4 +73,37 @@ def fingerprint(fs, files) -> str | None:
         if info.mtime_ns is None:
             return None
         parts.append(f"{fs.type_name}:{info.path}:{info.size}:{info.mtime_ns}")
+    return "|".join(parts)
+
+
+def expand_files(path: str, exts) -> list[str]:
+    """The files of ``path``: the file itself (also when its name has glob characters, such as
+    ``run[1].parquet``), a directory's data files, or a glob's matches, each real file once (a
+    symlink loop under a recursive glob repeats files under ever longer paths)."""
+    if os.path.isfile(path):
+        return [path]
+    if any(ch in path for ch in "*?["):
+        seen = {}
+        for p in sorted(glob.glob(path, recursive=True), key=lambda q: (len(q), q)):
+            if os.path.isfile(p):  # each real file once, under its shortest name
+                seen.setdefault(os.path.realpath(p), p)
+        files = sorted(seen.values())
+    elif os.path.isdir(path):
+        files = sorted(os.path.join(root, f) for root, _, names in os.walk(path) for f in names
+                       if f.lower().endswith(exts) and not f.startswith((".", "_")))
+    elif os.path.exists(path):
+        files = [path]
+    else:
+        raise DataError(f"{path}: no such file or directory")
+    if not files:
+        raise DataError(f"{path}: no data files found (looked for {', '.join(exts)})")
+    return files
+
+
+def local_fingerprint(files) -> str:
+    """Path, size and modification time of every local file (changes when the data change)."""
+    parts = []
+    for f in files:
+        st = os.stat(f)
+        parts.append(f"{os.path.abspath(f)}:{st.st_size}:{st.st_mtime_ns}")
     return "|".join(parts)

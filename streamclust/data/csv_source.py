@@ -12,7 +12,9 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from .errors import DataError
+from ..errors import DataError
+from .batch import Source
+from .filesystems import expand_files, local_fingerprint
 
 CSV_EXT = (".csv", ".tsv", ".csv.gz", ".tsv.gz", ".csv.bz2", ".tsv.bz2", ".csv.zst", ".tsv.zst")
 BLOCK_BYTES = 1 << 22
@@ -68,7 +70,6 @@ def csv_batches(f: str, schema: pa.Schema, columns, batch_size: int, fs=None):
 
 
 def open_csv_source(path: str, fs=None, uri: str | None = None):
-    from .sources import Source, _expand, local_fingerprint
 
     class CSVSource(Source):
         """CSV files (see the module's text); re-readable, rows known after the first pass."""
@@ -76,7 +77,7 @@ def open_csv_source(path: str, fs=None, uri: str | None = None):
         def __init__(self, path: str):
             self.name = uri or str(path)
             if fs is None:
-                self.files = _expand(str(path), CSV_EXT)
+                self.files = expand_files(str(path), CSV_EXT)
             else:
                 from .filesystems import list_files
                 self.files = list_files(fs, str(path), CSV_EXT, self.name)

@@ -12,17 +12,19 @@ import time
 from dataclasses import dataclass, field
 
 from . import checkpoint
-from .cache import FeatureCache
-from .columns import check_columns
+from ..data.cache import FeatureCache
+from ..data.columns import check_columns
 from .context import Context
-from .errors import DataError, ParameterError
-from .features import describe_features
-from .executor import LocalExecutor, limit_blas
-from .interrupt import check
-from .model import Model
-from .plugins import PluginHost
-from .scaling import check_scale
-from .sources import open_data
+from ..errors import DataError, ParameterError
+from ..data.features import describe_features
+from .executor import LocalExecutor
+from ..base.threads import limit_blas
+from ..base.workdir import WorkDirLock, clean_stale
+from ..base.interrupt import check
+from ..model.fitted import Model
+from ..plugins import PluginHost
+from ..data.scaling import check_scale
+from ..data.sources import open_data
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +83,7 @@ def _open(data, algo, features, exclude, on_invalid):
 def _work_dir(stack: contextlib.ExitStack, work_dir: str | None) -> tuple[str, bool]:
     """The run's work directory (a temporary one, removed at the end, unless given)."""
     if work_dir is None:
-        checkpoint.clean_stale(tempfile.gettempdir(), "streamclust-")
+        clean_stale(tempfile.gettempdir(), "streamclust-")
         work_dir = tempfile.mkdtemp(prefix="streamclust-")
         stack.callback(shutil.rmtree, work_dir, ignore_errors=True)
         return work_dir, True
@@ -90,13 +92,13 @@ def _work_dir(stack: contextlib.ExitStack, work_dir: str | None) -> tuple[str, b
 
 
 def _bar(show: bool, **kw):
-    from .progress import bar
+    from ..base.progress import bar
     return bar(show, **kw)
 
 
 def _graph(cache, req, work_dir, executor, seed, batch_size, show, knn_options):
     """The kNN graph an algorithm declared (``Requirements.knn``), built or reused."""
-    from .knn import KNN_DIR, build_graph
+    from ..graph.knn import KNN_DIR, build_graph
     t = time.perf_counter()
     with _bar(show, total=2 * cache.n_rows, unit="rows", desc="kNN graph", leave=False) as bar:
         graph = build_graph(cache, req.knn, os.path.join(work_dir, KNN_DIR), seed=seed,
@@ -229,14 +231,14 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
     those named like labels or ids (``label``, ``id``, ``*_id`` …; logged, and listed in
     ``model.info['features_left_out']``).  ``exclude``: names or globs never taken.  ``on_invalid='skip'`` drops rows with NaN/inf (counted in
     ``model.info['rows_skipped']``).  ``executor``: where the passes run (default
-    :class:`~streamclust.executor.LocalExecutor`); ``client``: a ``distributed.Client``, shorthand
+    :class:`~streamclust.run.executor.LocalExecutor`); ``client``: a ``distributed.Client``, shorthand
     for ``executor=DaskExecutor(client)``.  ``knn_options``: settings of the kNN graph for algorithms
-    that need one (see :func:`streamclust.knn.build_graph`).  ``params`` are the algorithm's
+    that need one (see :func:`streamclust.graph.knn.build_graph`).  ``params`` are the algorithm's
     hyper-parameters.  With a ``work_dir``, a checkpoint is written there after every epoch
     (algorithms that support it) and ``resume=True`` continues from it; a work directory is used
     by one run at a time.  ``scale``: ``none`` (default), ``standard`` or ``minmax``: statistics
     from the cache pass, applied to the cache, stored in the model and applied by ``predict``
-    (see :mod:`streamclust.scaling`).  ``blas_threads``: BLAS threads during the fit (default 1: numba
+    (see :mod:`streamclust.data.scaling`).  ``blas_threads``: BLAS threads during the fit (default 1: numba
     kernels own the cores; ``None`` leaves BLAS as it is).
     """
     _check_int("batch_size", batch_size, 1)
@@ -257,7 +259,7 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
                              else f"algorithm '{algorithm}' cannot resume (it writes no checkpoints)")
     with contextlib.ExitStack() as stack:
         work_dir, owned = _work_dir(stack, work_dir)
-        stack.enter_context(checkpoint.WorkDirLock(work_dir))
+        stack.enter_context(WorkDirLock(work_dir))
         stack.enter_context(limit_blas(blas_threads))
         st = _prepare(algo, d, work_dir, executor, {"show": _progress_enabled(progress), "owned": owned,
                                                     "batch_size": batch_size, "knn_options": knn_options,

@@ -7,8 +7,8 @@ import os
 
 import numpy as np
 
-from .atomic import atomic_path
-from .errors import DataError
+from ..base.atomic import atomic_path
+from ..errors import DataError
 
 
 def open_rows(source):

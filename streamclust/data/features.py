@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .errors import DataError
+from ..errors import DataError
 
 INVALID_POLICIES = ("error", "skip")
 

@@ -6,71 +6,20 @@ anything accepted into a :class:`Data` that also knows the feature columns.
 """
 from __future__ import annotations
 
-import glob
 import os
-from dataclasses import dataclass, field
-from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
-from .errors import DataError
-from .features import (FeatureSpec, INVALID_POLICIES, batch_to_matrix, finite_mask,
-                       select_features)
+from ..errors import DataError
+from .batch import Data, Source
+from .features import FeatureSpec, INVALID_POLICIES, select_features
+from .filesystems import expand_files, local_fingerprint
 
 PARQUET_EXT = (".parquet", ".parq", ".pq")
 IPC_EXT = (".arrow", ".feather", ".ipc", ".arrows")
-
-
-class Source:
-    """Base class. ``record_batches`` yields ``(origin, row_in_origin, RecordBatch)``."""
-
-    rereadable = True
-    name = "source"
-    schema: pa.Schema
-    n_rows: int | None = None
-
-    def record_batches(self, columns, batch_size: int) -> Iterator[tuple[str, int, pa.RecordBatch]]:
-        raise NotImplementedError
-
-    def fingerprint(self) -> str | None:
-        """A string that changes when the data change, or None if unknown (no caching)."""
-        return None
-
-
-def _expand(path: str, exts) -> list[str]:
-    """The files of ``path``: the file itself (also when its name has glob characters, such as
-    ``run[1].parquet``), a directory's data files, or a glob's matches, each real file once (a
-    symlink loop under a recursive glob repeats files under ever longer paths)."""
-    if os.path.isfile(path):
-        return [path]
-    if any(ch in path for ch in "*?["):
-        seen = {}
-        for p in sorted(glob.glob(path, recursive=True), key=lambda q: (len(q), q)):
-            if os.path.isfile(p):  # each real file once, under its shortest name
-                seen.setdefault(os.path.realpath(p), p)
-        files = sorted(seen.values())
-    elif os.path.isdir(path):
-        files = sorted(os.path.join(root, f) for root, _, names in os.walk(path) for f in names
-                       if f.lower().endswith(exts) and not f.startswith((".", "_")))
-    elif os.path.exists(path):
-        files = [path]
-    else:
-        raise DataError(f"{path}: no such file or directory")
-    if not files:
-        raise DataError(f"{path}: no data files found (looked for {', '.join(exts)})")
-    return files
-
-
-def local_fingerprint(files) -> str:
-    """Path, size and modification time of every local file (changes when the data change)."""
-    parts = []
-    for f in files:
-        st = os.stat(f)
-        parts.append(f"{os.path.abspath(f)}:{st.st_size}:{st.st_mtime_ns}")
-    return "|".join(parts)
 
 
 def _check_schemas(schemas: list[tuple[str, pa.Schema]]) -> pa.Schema:
@@ -97,7 +46,7 @@ class ParquetSource(Source):
         self.name = uri or str(path)
         self._fs = fs
         if fs is None:
-            self.files = _expand(str(path), PARQUET_EXT)
+            self.files = expand_files(str(path), PARQUET_EXT)
         else:
             from .filesystems import list_files
             self.files = list_files(fs, str(path), PARQUET_EXT, self.name)
@@ -142,7 +91,7 @@ class IPCSource(Source):
 
     def __init__(self, path: str):
         self.name = str(path)
-        self.files = _expand(str(path), IPC_EXT)
+        self.files = expand_files(str(path), IPC_EXT)
         schemas, total = [], 0
         for f in self.files:
             try:
@@ -232,59 +181,6 @@ def array_to_table(X, name="features") -> pa.Table:
     return pa.table({name: pa.FixedSizeListArray.from_arrays(flat, X.shape[1])})
 
 
-@dataclass
-class Batch:
-    """Rows ``start .. start + len(X)`` of a data set: float32 read-only features, passthrough
-    columns (a pyarrow Table or None), optional row weights, and under the ``skip`` policy the
-    mask of the rows that were kept (``X`` then holds only those)."""
-
-    start: int
-    X: np.ndarray
-    columns: pa.Table | None = None
-    weights: np.ndarray | None = None
-    kept: np.ndarray | None = None
-    origin: str = ""
-
-    @property
-    def stop(self) -> int:
-        return self.start + len(self.X)
-
-
-@dataclass
-class Data:
-    """A source together with its feature columns.  ``iter_batches`` validates every value."""
-
-    source: Source
-    spec: FeatureSpec
-    n_features: int
-    on_invalid: str = "error"
-    passthrough: tuple[str, ...] = field(default_factory=tuple)
-    left_out: dict = field(default_factory=dict)  # numeric columns not taken by default, and why
-
-    @property
-    def n_rows(self):
-        return self.source.n_rows
-
-    def iter_batches(self, batch_size: int, keep=()) -> Iterator[Batch]:
-        """Yield validated batches.  ``start`` counts source rows (kept or not)."""
-        cols = list(dict.fromkeys(list(self.spec.columns) + list(keep)))
-        start = 0
-        for origin, row0, rb in self.source.record_batches(cols, batch_size):
-            def where(i, origin=origin, row0=row0, start=start):
-                return f"{origin}: row {row0 + i} (global row {start + i})"
-            X = batch_to_matrix(rb, self.spec, self.n_features, where)
-            mask = finite_mask(X, self.on_invalid, where, self.spec)
-            if mask is not None:
-                X = np.ascontiguousarray(X[mask])
-            X.flags.writeable = False
-            passthrough = None
-            if keep:
-                t = rb if isinstance(rb, pa.Table) else pa.Table.from_batches([rb])
-                passthrough = t.select(list(keep))
-            yield Batch(start, X, passthrough, kept=mask, origin=origin)
-            start += rb.num_rows
-
-
 def _frame_to_arrow(data) -> pa.Table | None:
     """A pandas or polars data frame (or anything with ``to_arrow`` / the Arrow C stream) as a
     pyarrow Table; None for anything else.  Neither library is imported here."""
@@ -364,7 +260,7 @@ def _peek_n_features(source: Source, spec: FeatureSpec) -> int:
 
 def open_data(data, features=None, on_invalid: str = "error", exclude=(), reserved=()) -> Data:
     """Open anything accepted (path, glob, directory, NumPy array, pyarrow data) as :class:`Data`.
-    ``features`` / ``exclude``: names or globs (see :func:`streamclust.features.select_features`);
+    ``features`` / ``exclude``: names or globs (see :func:`streamclust.data.features.select_features`);
     ``reserved``: columns the algorithm reads as labels, never taken as features by default."""
     if on_invalid not in INVALID_POLICIES:
         raise DataError(f"on_invalid must be one of {INVALID_POLICIES}, got {on_invalid!r}")

@@ -12,11 +12,11 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from .atomic import atomic_json
+from ..base.atomic import atomic_json
 from .columns import COLUMNS_META, ColumnCollector
-from .errors import DataError
-from .interrupt import check as check_interrupt
-from .sources import Batch, Data
+from ..errors import DataError
+from ..base.interrupt import check as check_interrupt
+from .batch import Batch, Data
 
 CACHE_FILE = "features.f32"
 CACHE_META = "features.json"
@@ -40,7 +40,7 @@ class FeatureCache:
 
     @property
     def scaler(self):
-        """The :class:`~streamclust.scaling.Scaler` applied to the cached rows, or None."""
+        """The :class:`~streamclust.data.scaling.Scaler` applied to the cached rows, or None."""
         from .scaling import Scaler
         return Scaler.from_json(self.meta.get("scaler"), self.n_features, CACHE_META)
 
@@ -91,9 +91,9 @@ class FeatureCache:
               progress: Callable[[int], None] | None = None, columns=(),
               transform: str = "", scale: str = "none") -> "FeatureCache":
         """Write (or reuse) the cache of ``data`` in ``work_dir``; validate every value.
-        ``columns``: extra columns read in the same pass (see :mod:`streamclust.columns`);
-        ``transform``: a row transform of :mod:`streamclust.transforms` applied to every row;
-        ``scale``: a scaling of :mod:`streamclust.scaling`, its statistics taken in the same pass
+        ``columns``: extra columns read in the same pass (see :mod:`streamclust.data.columns`);
+        ``transform``: a row transform of :mod:`streamclust.data.transforms` applied to every row;
+        ``scale``: a scaling of :mod:`streamclust.data.scaling`, its statistics taken in the same pass
         and applied (before the transform) in a second pass over the written file."""
         from .scaling import ScaleStats, check_scale
         from .transforms import apply, check

@@ -1,0 +1,81 @@
+"""The records the data stage hands on: a :class:`Source` (the interface every input kind
+implements), :class:`Data` (a source with its feature columns, yielding validated batches) and
+:class:`Batch` (rows ``start .. stop`` as read-only float32, what every pass step receives)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from .features import FeatureSpec, batch_to_matrix, finite_mask
+
+
+class Source:
+    """Base class. ``record_batches`` yields ``(origin, row_in_origin, RecordBatch)``."""
+
+    rereadable = True
+    name = "source"
+    schema: pa.Schema
+    n_rows: int | None = None
+
+    def record_batches(self, columns, batch_size: int) -> Iterator[tuple[str, int, pa.RecordBatch]]:
+        raise NotImplementedError
+
+    def fingerprint(self) -> str | None:
+        """A string that changes when the data change, or None if unknown (no caching)."""
+        return None
+
+
+@dataclass
+class Batch:
+    """Rows ``start .. start + len(X)`` of a data set: float32 read-only features, passthrough
+    columns (a pyarrow Table or None), optional row weights, and under the ``skip`` policy the
+    mask of the rows that were kept (``X`` then holds only those)."""
+
+    start: int
+    X: np.ndarray
+    columns: pa.Table | None = None
+    weights: np.ndarray | None = None
+    kept: np.ndarray | None = None
+    origin: str = ""
+
+    @property
+    def stop(self) -> int:
+        return self.start + len(self.X)
+
+
+@dataclass
+class Data:
+    """A source together with its feature columns.  ``iter_batches`` validates every value."""
+
+    source: Source
+    spec: FeatureSpec
+    n_features: int
+    on_invalid: str = "error"
+    passthrough: tuple[str, ...] = field(default_factory=tuple)
+    left_out: dict = field(default_factory=dict)  # numeric columns not taken by default, and why
+
+    @property
+    def n_rows(self):
+        return self.source.n_rows
+
+    def iter_batches(self, batch_size: int, keep=()) -> Iterator[Batch]:
+        """Yield validated batches.  ``start`` counts source rows (kept or not)."""
+        cols = list(dict.fromkeys(list(self.spec.columns) + list(keep)))
+        start = 0
+        for origin, row0, rb in self.source.record_batches(cols, batch_size):
+            def where(i, origin=origin, row0=row0, start=start):
+                return f"{origin}: row {row0 + i} (global row {start + i})"
+            X = batch_to_matrix(rb, self.spec, self.n_features, where)
+            mask = finite_mask(X, self.on_invalid, where, self.spec)
+            if mask is not None:
+                X = np.ascontiguousarray(X[mask])
+            X.flags.writeable = False
+            passthrough = None
+            if keep:
+                t = rb if isinstance(rb, pa.Table) else pa.Table.from_batches([rb])
+                passthrough = t.select(list(keep))
+            yield Batch(start, X, passthrough, kept=mask, origin=origin)
+            start += rb.num_rows
