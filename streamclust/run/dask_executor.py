@@ -33,6 +33,7 @@ from .executor import average_states, merge_sum, scan_batches, spread
 from ..base.interrupt import Terminated, check
 from ..data.batch import Batch
 
+log = logging.getLogger(__name__)
 
 try:
     from distributed.diagnostics.plugin import WorkerPlugin as _WorkerPlugin
@@ -336,8 +337,26 @@ class DaskExecutor:
                           "--resume (resume=True): the fit continues exactly from the last epoch's "
                           "checkpoint; without one, rerun")
 
-    def _scatter(self, params):
-        return self.client.scatter([_pack(params)], broadcast=False, hash=False)[0]
+    def _scatter(self, params, tries: int = 4):
+        """Send ``params`` to one worker.  No task of the pass has run yet, so a worker lost under
+        the scatter (killed between two passes: the connection closes under it) costs nothing but
+        another try on the workers left; only when every try fails is it :class:`WorkerLost`."""
+        import time
+        packed = _pack(params)
+        for attempt in range(tries):
+            try:
+                return self.client.scatter([packed], broadcast=False, hash=False)[0]
+            except Terminated:
+                raise
+            except Exception as e:  # noqa: BLE001 - a closed connection or timeout, by its type
+                if type(e).__name__ not in ("CommClosedError", "StreamClosedError", "TimeoutError") \
+                        and not isinstance(e, OSError):
+                    raise
+                if attempt == tries - 1:
+                    raise self._lost([], e) from None
+                log.warning("Dask: sending a pass's parameters failed (%s); trying again",
+                            type(e).__name__)
+                time.sleep(0.5 * (attempt + 1))
 
     def scan(self, step: Callable, data, carry, params, *, blocks, state=(),
              combine: Callable | None = None, progress: Callable[[int], None] | None = None):
