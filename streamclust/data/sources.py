@@ -115,7 +115,8 @@ class IPCSource(Source):
         except pa.ArrowInvalid:
             return ipc.open_stream(pa.memory_map(f))
 
-    fingerprint = ParquetSource.fingerprint
+    def fingerprint(self) -> str:
+        return local_fingerprint(self.files)
 
     def record_batches(self, columns, batch_size):
         for f in self.files:
