@@ -30,3 +30,97 @@ def test_readme_quickstart_and_ci():
     assert len(commands) == 2, commands
     ci = open(os.path.join(ROOT, ".ci", "run")).read()
     assert commands[1].strip() in ci
+
+
+# -- every command the docs show runs -------------------------------------------------------------
+# Each page's `streamclust ...` lines (from ```bash blocks, `\` continuations joined) run in order
+# in a fresh directory holding the inputs the docs name: `data/` (Parquet: id, label, x as a
+# list column, segment, topic), `new-data/`, `big/`, `data.csv` (p0..p7, label).  Commands that
+# need what no test machine has are left out, each with its reason.
+import glob  # noqa: E402
+import shlex  # noqa: E402
+import shutil  # noqa: E402
+
+import pytest  # noqa: E402
+
+NOT_RUN = {"tcp://": "a remote Dask scheduler"}
+
+
+def _doc_commands(path):
+    text = open(path).read()
+    out = []
+    for block in re.findall(r"```(?:bash|sh)\n(.*?)```", text, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.strip()
+            if line.startswith("streamclust "):
+                out.append(line)
+    return out
+
+
+def _pages():
+    pages = ["README.md"] + sorted(os.path.relpath(p, ROOT) for p in
+                                   glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True))
+    return [p for p in pages if _doc_commands(os.path.join(ROOT, p))]
+
+
+def _inputs(where):
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    from streamclust.testing import make_blobs
+    X, y = make_blobs(n=1200, k=4, d=8, seed=3)
+    X = X.astype(np.float32)
+    rng = np.random.default_rng(0)
+    segment = (y + rng.integers(0, 2, len(y))) % 2  # a clustering to find an alternative to
+    for name in ("data", "new-data", "big"):
+        os.makedirs(os.path.join(where, name))
+        for part, rows in enumerate(np.array_split(np.arange(len(X)), 2)):
+            t = pa.table({"id": pa.array(rows.astype(np.int64)), "label": pa.array(y[rows].astype(np.int64)),
+                          "x": pa.FixedSizeListArray.from_arrays(pa.array(X[rows].reshape(-1)), X.shape[1]),
+                          "segment": pa.array(segment[rows].astype(np.int64)),
+                          "topic": pa.array(y[rows].astype(np.int64))})
+            pq.write_table(t, os.path.join(where, name, f"part-{part}.parquet"))
+    cols = {f"p{j}": X[:, j] for j in range(X.shape[1])}
+    pacsv.write_csv(pa.table({**cols, "label": y.astype(np.int64)}), os.path.join(where, "data.csv"))
+
+
+@pytest.mark.parametrize("page", _pages())
+def test_every_command_the_docs_show_runs(page, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from streamclust.cli import main
+    _inputs(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    ran = 0
+    for command in _doc_commands(os.path.join(ROOT, page)):
+        if any(k in command for k in NOT_RUN):
+            continue
+        args = shlex.split(command, comments=True)[1:]
+        if args[0] == "fit" and "--out" in args and "--resume" not in args:
+            shutil.rmtree(args[args.index("--out") + 1], ignore_errors=True)  # alternatives, not a sequence
+        if args[0] == "fit" and "--resume" in args:
+            shutil.rmtree(args[args.index("--out") + 1], ignore_errors=True)  # as after a kill
+        res = CliRunner().invoke(main, args)
+        assert res.exit_code == 0, f"{page}: `{command}` failed:\n{res.output}"
+        ran += 1
+    assert ran, f"{page}: no command ran"
+
+
+def test_the_readme_is_short_and_links_every_docs_page():
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    assert len(readme.encode()) <= 10 * 1024, f"README.md is {len(readme.encode())} bytes (≤ 10 KB)"
+    pages = sorted(os.path.relpath(p, ROOT) for p in
+                   glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True))
+    missing = [p for p in pages if f"]({p})" not in readme]
+    assert not missing, f"docs pages not linked from README.md: {missing}"
+
+
+def test_no_first_person_in_the_docs():
+    found = []
+    for p in ["README.md"] + glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True):
+        text = re.sub(r"`[^`]*`|```.*?```", "", open(os.path.join(ROOT, p)).read(), flags=re.S)
+        found += [f"{os.path.relpath(p, ROOT)}: {m.group(0)!r}" for m in
+                  re.finditer(r"(?<![\w=/])(I|I'\w+|[Mm]y|[Ww]e|[Oo]ur|[Uu]s)(?![\w=/])", text)]
+    assert not found, "first person in the docs:\n" + "\n".join(found)
