@@ -119,6 +119,11 @@ class Algorithm:
     #: ``n_clusters`` may be omitted (None or 0), a given one is ignored with a warning, and the
     #: fit sets ``n_clusters`` to the number it found
     chooses_k: ClassVar[bool] = False
+    #: optional method ``distortion(X) -> float64 array``: each row's distance to its cluster in
+    #: the algorithm's own measure (k-medians: L1 to the median).  ``evaluate`` then reports its
+    #: mean as ``quantization_error``; without it, centroid models report the squared Euclidean
+    #: distance to the nearest row of ``cluster_centers_``
+    distortion: ClassVar[Callable | None] = None
 
     def __init__(self, n_clusters: int | None, *, seed: int = 0, **hyper):
         if self.chooses_k and (n_clusters is None or (isinstance(n_clusters, (int, np.integer))

@@ -5,7 +5,7 @@ package is private and may change.  ``docs/toolkit.md`` lists each name with its
 from .base.checks import NON_NEGATIVE, POSITIVE, at_least, in_range
 from .base.distances import nearest_center, pairwise_sqdist
 from .errors import DataError, ModelError, ParameterError, PluginError, StreamclustError
-from .run.executor import weights_of
+from .run.executor import merge_sum, weights_of
 from .graph.knn import KNNGraph, KNNIndex
 from .model.metrics import (Contingency, accuracy, nmi, purity, quantization_error)
 from .base.rng import rng_below, rng_init, rng_next, rng_uniform
@@ -21,6 +21,8 @@ __all__ = [
     "StreamclustError", "DataError", "ParameterError", "ModelError", "PluginError",
     # the batch record and row weights
     "Batch", "weights_of", "WeightedSample",
+    # the default reduction of ctx.aggregate (to build a custom merge on)
+    "merge_sum",
     # distances (NumPy / BLAS) and numba row helpers
     "pairwise_sqdist", "nearest_center", "sqdist", "softmax_into",
     # counter-based random numbers for kernels

@@ -52,7 +52,7 @@ def test_plugins_and_examples_use_only_the_public_api():
 def test_the_check_catches_a_private_import(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("from streamclust.base.distances import nearest_center\n"
-                   "from streamclust import Context\nimport streamclust.base.rng\n"
+                   "from streamclust import run\nimport streamclust.base.rng\n"
                    "from streamclust.toolkit import nearest_center\n")
     assert len(_violations(str(bad))) == 3
 

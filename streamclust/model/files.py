@@ -154,6 +154,8 @@ def read_model(path: str, host=None) -> dict:
     state = dict(meta.get("state") or {}, **arrays)
     try:
         algo = cls.from_state(params, state)
+    except ModelError as e:  # set_state refused a saved array or value
+        raise ModelError(f"{path}: invalid model state ({e})") from None
     except StreamclustError as e:
         raise ModelError(f"{path}: invalid model parameters ({e})") from None
     except (ValueError, KeyError, TypeError, IndexError) as e:

@@ -153,7 +153,8 @@ class Model:
         (one-to-one Hungarian matching of clusters to classes), ``acc_many_to_one`` (each cluster
         to its majority class; the same number as ``purity``), and for centroid models the mean
         squared distance of a row to its nearest centre (``quantization_error``, in the space the
-        model was fitted in: scaled, transformed) and its sum.  Null and NaN labels count as
+        model was fitted in: scaled, transformed) and its sum; an algorithm with a ``distortion``
+        method gives its own distance instead (see :class:`~streamclust.Algorithm`).  Null and NaN labels count as
         ``unlabeled`` and stay out of the scores; ``on_invalid='skip'`` leaves rows with NaN/inf
         features out (``skipped``).  ``evaluate(X, y)`` takes an array and its labels."""
         if not isinstance(labels, str):  # evaluate(X, y): arrays
@@ -166,6 +167,7 @@ class Model:
             raise DataError(f"{d.source.name}: label column '{labels}' is of type {ltype}; labels "
                             "must be integers, strings, booleans or floats (one class per value)")
         centers = getattr(self.algorithm_, "cluster_centers_", None)
+        distortion = getattr(self.algorithm_, "distortion", None)
         table = Contingency(self.n_clusters)
         q = 0.0
         rows = unlabeled = skipped = 0
@@ -182,7 +184,9 @@ class Model:
                 valid &= ~np.isnan(truth.fill_null(0).to_numpy(zero_copy_only=False))
             unlabeled += int((~valid).sum())
             table.add(truth.filter(pa.array(valid)).to_numpy(zero_copy_only=False), pred[valid])
-            if centers is not None:
+            if distortion is not None:
+                q += float(np.sum(distortion(Z), dtype=np.float64))
+            elif centers is not None:
                 q += float(nearest_center(Z, centers)[1].sum())
             rows += len(pred)
         if rows == 0:
@@ -194,7 +198,7 @@ class Model:
                "clusters_used": int((C.sum(axis=0)[:self.n_clusters] > 0).sum())}
         if d.on_invalid == "skip":
             out["skipped"] = skipped
-        if centers is not None:
+        if distortion is not None or centers is not None:
             out["quantization_error"] = q / rows
             out["quantization_error_sum"] = q
         return out

@@ -13,7 +13,8 @@ BLOCK_ROWS = 4096
 
 
 class Context:
-    """What an algorithm may use during ``start``, ``run_epoch`` and ``finish``.
+    """What an algorithm may use during ``start``, ``restore``, ``run_epoch`` and ``finish``
+    (every name is documented in docs/writing-an-algorithm.md, under Reference).
 
     * ``data``: the feature cache (``n_rows × n_features`` float32, memory-mapped);
     * ``aggregate(step, params, data=None, state=(), merge=...)``: the map-reduce pass: ``step``

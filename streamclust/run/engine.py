@@ -147,6 +147,8 @@ def _begin(st: _State, resume: bool):
     Returns the first epoch to run."""
     algo, ctx, run = st.algo, st.ctx, st.run
     found = checkpoint.find(ctx.work_dir) if resume else None
+    if resume and found is None:
+        log.warning("%s: no checkpoint to resume from; starting a fresh fit", ctx.work_dir)
     if found is None:
         t = time.perf_counter()
         algo.start(ctx)

@@ -3,7 +3,7 @@ import numpy as np
 
 import streamclust
 from streamclust import Algorithm, Assignment, EpochReport, Param, Requirements
-from streamclust.toolkit import POSITIVE, at_least, kmeanspp, nearest_center
+from streamclust.toolkit import NON_NEGATIVE, at_least, kmeanspp, nearest_center
 
 
 def lloyd_step(batch, _state, centers):
@@ -21,7 +21,7 @@ class KMeans(Algorithm):
     name = "kmeans"
     version = "1"
     params = {
-        "tol": Param(1e-4, float, "stop when |ΔQ/Q| < tol", POSITIVE),
+        "tol": Param(1e-4, float, "stop when |ΔQ/Q| < tol (0: run every epoch)", NON_NEGATIVE),
         "sample_size": Param(20000, int, "rows sampled for k-means++ seeding",
                              at_least(1)),
     }
@@ -44,7 +44,7 @@ class KMeans(Algorithm):
         C[live] = sums[live] / counts[live, None]
         self.cluster_centers_ = C
         prev, self._q = self._q, Q
-        converged = prev is not None and abs(prev - Q) <= self.hyper["tol"] * Q
+        converged = prev is not None and abs(prev - Q) < self.hyper["tol"] * Q
         return EpochReport(objective=Q, converged=converged, rows=ctx.n_rows,
                            distance_evaluations=ctx.n_rows * self.n_clusters,
                            extras={"empty_clusters": int((~live).sum())})
@@ -58,7 +58,7 @@ class KMeans(Algorithm):
     def set_state(self, state):
         C = np.asarray(state["centers"], dtype=np.float64)
         if C.ndim != 2 or C.shape[0] != self.n_clusters:
-            raise streamclust.ParameterError(f"centers must have {self.n_clusters} rows, got {C.shape}")
+            raise streamclust.ModelError(f"centers must have {self.n_clusters} rows, got {C.shape}")
         self.cluster_centers_ = C
 
 
