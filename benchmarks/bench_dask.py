@@ -36,6 +36,16 @@ def write(path, rows, dim, k, files=10, seed=0):
                        row_group_size=1 << 20)
 
 
+def worker_memory():
+    """On a worker: (RssAnon now, VmHWM = peak resident incl. mapped file pages), MiB."""
+    out = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(("RssAnon:", "VmHWM:")):
+                out[line.split(":")[0]] = int(line.split()[1]) / 1024
+    return out.get("RssAnon", 0.0), out.get("VmHWM", 0.0)
+
+
 def run(data, work, k, epochs, executor):
     m = streamclust.fit(data, "dgmm", k, features="x", work_dir=work, max_epochs=epochs, tol=1e-12,
                         batch_size=1 << 20, progress=False, executor=executor, seed=0)
@@ -65,19 +75,21 @@ def main():
         print(f"cache built in {time.perf_counter() - t:.1f} s", file=sys.stderr)
         rows = []
         local, m_local = run(data, work, a.clusters, a.epochs, None)
-        rows.append(["local", "-", f"{local:,.0f}", "-", "-"])
+        rows.append(["local", "-", f"{local:,.0f}", "-", "-", "-"])
         base = None
         for w in (1, 2):
             with DaskExecutor(scheduler="local", n_workers=w) as ex:
                 rate, m = run(data, work, a.clusters, a.epochs, ex)
+                mem = ex.client.run(worker_memory)
             same = np.allclose(m.means_, m_local.means_, rtol=1e-6)
             base = base or rate
             rows.append([f"dask {w} worker{'s' if w > 1 else ''}", w, f"{rate:,.0f}",
-                         f"{rate / base:.2f}", f"{local / rate:.2f}" if w == 1 else "-"])
+                         f"{rate / base:.2f}", f"{local / rate:.2f}" if w == 1 else "-",
+                         " / ".join(f"{a:.0f}, {h:.0f}" for a, h in mem.values())])
             print(*rows[-1], "means equal local:", same, file=sys.stderr, flush=True)
         print(f"{a.rows} rows × {a.dim}, D-GMM M={a.clusters}, epochs {a.epochs}")
         table(rows, ["executor", "workers", "rows/s (median epoch)", "scaling vs 1 worker",
-                     "overhead local/1-worker"])
+                     "overhead local/1-worker", "per worker: RssAnon, peak RSS (MiB)"])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

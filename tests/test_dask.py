@@ -156,52 +156,83 @@ def test_ncutemb_pairs_column_on_workers(dask_executor):
         assert purity(y, m.predict(X.astype(np.float32))) > 0.99
 
 
-@pytest.mark.parametrize("trial", range(int(os.environ.get("STREAMCLUST_KILL_TRIALS", 2))))
-def test_a_killed_worker_never_hangs_the_fit(tmp_path, trial):
-    """A worker process killed at a random moment of a fit on `--scheduler local --workers 2`
-    (on main: 3 of 15 trials hung for minutes in a broadcast): the fit either finishes with the
-    local result, or fails within a bounded time with the lost-worker message and then resumes
-    to the local result."""
-    import random
+# A fit on `--scheduler local --workers 2` whose worker is SIGKILLed at a random moment must finish
+# by itself, equal to the same fit uninterrupted (D-GMM, SLK: exact up to floating-point
+# association; NCutEmb: its SGD shares are averaged, so within its tolerance), in at most twice
+# its time.  STREAMCLUST_KILL_TRIALS sets the trials per algorithm (1 in the suite, 10 for a
+# thorough run).
+KILL_FITS = {  # algorithm: (rows, arguments)
+    "dgmm": (60_000, ["-a", "dgmm", "-k", "12", "--max-epochs", "20", "--set", "tol=1e-300",
+                      "--set", "truncation=3", "--set", "candidates=3"]),
+    "slk": (20_000, ["-a", "slk", "-k", "12", "--max-epochs", "4"]),
+    "ncutemb": (60_000, ["-a", "ncutemb", "-k", "12", "--set", "epochs=8"]),
+}
+_UNINTERRUPTED = {}
+
+
+def _cli_fit(args, kill_at=None):
+    """Run `streamclust fit` on a 2-worker LocalCluster; with ``kill_at`` (seconds after the
+    feature cache exists) SIGKILL one worker then.  Returns (exit code, output, seconds, killed)."""
     import subprocess
     import sys
     import time
     psutil = pytest.importorskip("psutil")
-    X, y = make_blobs(n=150_000, k=12, d=8, seed=7)
-    data = write_parquet_dir(str(tmp_path / "d"), X, y, files=4, row_group=5000)
-    work, out = str(tmp_path / "w"), str(tmp_path / "m")
-    args = ["fit", data, "-a", "dgmm", "-k", "12", "-f", "embedding", "--max-epochs", "20",
-            "--set", "tol=1e-300", "--set", "truncation=3", "--set", "candidates=3",
-            "--batch-size", "5000", "--work-dir", work, "--out", out, "-q"]
-    cli = [sys.executable, "-m", "streamclust.cli"]
-    p = subprocess.Popen(cli + args + ["--scheduler", "local", "--workers", "2"],
+    work = args[args.index("--work-dir") + 1]
+    t0 = time.time()
+    p = subprocess.Popen([sys.executable, "-m", "streamclust.cli"] + args
+                         + ["--scheduler", "local", "--workers", "2"],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    rnd = random.Random(trial)
-    deadline = time.time() + 120
-    while time.time() < deadline and not os.path.exists(os.path.join(work, "checkpoint")):
-        time.sleep(0.05)  # the first epoch is done: the workers are up and busy
-    time.sleep(rnd.uniform(0.0, 1.2))  # the fit converges about 2 s after its first epoch
+    killed = False
+    if kill_at is not None:
+        deadline = time.time() + 120
+        while time.time() < deadline and p.poll() is None and \
+                not os.path.exists(os.path.join(work, "features.f32")):
+            time.sleep(0.02)
+        time.sleep(kill_at)
 
-    def is_worker(c):
-        try:
-            return "spawn_main" in " ".join(c.cmdline())
-        except psutil.Error:  # exited meanwhile
-            return False
-    workers = [c for c in psutil.Process(p.pid).children(recursive=True) if is_worker(c)]
-    killed = bool(workers) and p.poll() is None
-    if killed:
-        try:
-            rnd.choice(workers).kill()
-        except psutil.Error:
-            killed = False
-    t = time.time()
-    text = p.communicate(timeout=240)[0]  # never a hang
-    print(f"trial {trial}: killed={killed} exit={p.returncode} after {time.time() - t:.1f} s")
-    assert "Traceback" not in text, text
-    if p.returncode != 0:
-        assert p.returncode == 1 and "lost during a pass" in text, text
-        r = subprocess.run(cli + args + ["--resume"], capture_output=True, text=True, timeout=240)
-        assert r.returncode == 0, r.stdout + r.stderr
-    local = streamclust.fit(data, "dgmm", 12, features="embedding", max_epochs=20, tol=1e-300,
-                            truncation=3, candidates=3, batch_size=5000, progress=False)
-    np.testing.assert_allclose(streamclust.load_model(out).means_, local.means_, rtol=1e-6)
+        def is_worker(c):
+            try:
+                return "spawn_main" in " ".join(c.cmdline())
+            except psutil.Error:  # exited meanwhile
+                return False
+        workers = [c for c in psutil.Process(p.pid).children(recursive=True) if is_worker(c)]
+        if workers and p.poll() is None:
+            try:
+                workers[int(kill_at * 1000) % len(workers)].kill()
+                killed = True
+            except psutil.Error:
+                pass
+    text = p.communicate(timeout=300)[0]  # never a hang
+    return p.returncode, text, time.time() - t0, killed
+
+
+@pytest.mark.parametrize("trial", range(int(os.environ.get("STREAMCLUST_KILL_TRIALS", 1))))
+@pytest.mark.parametrize("algorithm", sorted(KILL_FITS))
+def test_a_killed_worker_costs_the_fit_nothing(tmp_path_factory, algorithm, trial):
+    import random
+    base = tmp_path_factory.getbasetemp() / f"kill-{algorithm}"
+    data = str(base / "d")
+    if algorithm not in _UNINTERRUPTED:
+        n, fit_args = KILL_FITS[algorithm]
+        X, y = make_blobs(n=n, k=12, d=8, seed=7)
+        write_parquet_dir(data, X, y, files=4, row_group=5000)
+        args = ["fit", data, "-f", "embedding", "--batch-size", "5000", "-q", "--seed", "0"] + fit_args
+        code, text, seconds, _ = _cli_fit(args + ["--work-dir", str(base / "w0"), "--out", str(base / "m0")])
+        assert code == 0, text
+        _UNINTERRUPTED[algorithm] = (args, seconds, (X, y), streamclust.load_model(str(base / "m0")))
+    args, seconds, (X, y), reference = _UNINTERRUPTED[algorithm]
+    kill_at = random.Random(trial).uniform(0.0, 0.6 * seconds)
+    out = tmp_path_factory.mktemp("m") / "m"
+    code, text, took, killed = _cli_fit(args + ["--work-dir", str(out) + "-w", "--out", str(out)], kill_at)
+    print(f"{algorithm} trial {trial}: killed={killed} at {kill_at:.1f} s, exit={code}, "
+          f"{took:.1f} s against {seconds:.1f} s uninterrupted")
+    assert code == 0 and "Traceback" not in text, text
+    assert took <= 2 * seconds + 10, f"{took:.1f} s against {seconds:.1f} s uninterrupted"
+    got = streamclust.load_model(str(out)).predict(X.astype(np.float32))
+    want = reference.predict(X.astype(np.float32))
+    if algorithm == "ncutemb":  # SGD shares averaged: the shares' number may differ after a loss
+        from streamclust.toolkit import nmi
+        assert nmi(y, got) >= nmi(y, want) - 0.02
+    else:
+        from streamclust.toolkit import nmi
+        assert nmi(want, got) > 0.999, "labels differ from the uninterrupted fit"

@@ -11,11 +11,13 @@ from it: a broadcast waited for minutes on a worker that had died).  Each task m
 its batches' partial results in order, and the client merges the task results in order, so the
 result equals the local executor's up to floating-point association.
 
-A worker lost during a pass (killed, out of memory, its machine gone) fails the pass with a
-:class:`WorkerLost` error once the remaining workers have finished the tasks, never a hang: the
-tasks update row state in place, so a task re-run by Dask after its worker died may have seen
-rows it had already changed; the last checkpoint is intact and ``--resume`` continues from it
-exactly.
+A worker lost during a pass (killed, out of memory, its machine gone) costs the fit nothing but
+time: a task reads row state from the pass's input and writes it to a second file, which the
+client copies in once every task is done (``dask_tasks``), so a task that runs again writes the
+same rows.  Dask reruns the tasks of a lost worker; when the pass cannot finish that way (the
+worker held the scattered parameters, a result was lost with it) the whole pass runs again, up to
+``pass_tries`` times; a warning names the lost workers.  Only then, or when a task keeps killing
+its workers (``KilledWorker``), does the pass fail with :class:`WorkerLost`.
 
 Requires the extra ``streamclust[dask]``.
 """
@@ -26,12 +28,13 @@ from typing import Callable
 
 import numpy as np
 
-from ..data.cache import FeatureCache, RowState
-from ..errors import ParameterError, StreamclustError
-from ..base.threads import n_threads
-from .executor import average_states, merge_sum, scan_batches, spread
 from ..base.interrupt import Terminated, check
-from ..data.batch import Batch
+from ..base.threads import n_threads
+from ..data.cache import FeatureCache
+from ..errors import ParameterError, StreamclustError
+from .dask_tasks import (_MemmapRef, commit, pack, run_group, run_scan, run_task, shadow,
+                         split)
+from .executor import average_states, merge_sum, spread
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +45,15 @@ except ImportError:  # the extra is missing: DaskExecutor says so when it is use
 
 
 class WorkerLost(StreamclustError):
-    """A worker left the cluster during a pass: the pass's results are not trusted."""
+    """A pass could not finish on the cluster: its workers kept being lost."""
+
+
+class _PassLost(Exception):
+    """A pass's tasks or results went with a lost worker: run the pass again."""
+
+    def __init__(self, lost, error):
+        super().__init__(lost, error)
+        self.lost, self.error = lost, error
 
 
 class _HeartbeatAtClose(logging.Filter):
@@ -64,129 +75,6 @@ class QuietClose(_WorkerPlugin):
             log.addFilter(_HeartbeatAtClose())
 
 
-class _MemmapRef:
-    """A picklable reference to a memory-mapped array: the worker opens the file itself."""
-
-    def __init__(self, arr: np.memmap, mode: str):
-        self.filename, self.dtype, self.shape = arr.filename, arr.dtype.str, arr.shape
-        self.offset, self.mode = arr.offset, mode
-
-    def open(self):
-        if int(np.prod(self.shape)) == 0:
-            return np.zeros(self.shape, dtype=self.dtype)
-        return np.memmap(self.filename, dtype=self.dtype, mode=self.mode, shape=self.shape,
-                         offset=self.offset)
-
-
-def _is_file_memmap(x) -> bool:
-    """True for a whole array memory-mapped from a file (not a slice or view of one)."""
-    import mmap
-    import os
-    if not (isinstance(x, np.memmap) and getattr(x, "filename", None) and x.flags.c_contiguous):
-        return False
-    m = getattr(x, "_mmap", None)
-    if m is None:
-        return False
-    try:
-        base = np.frombuffer(m, np.uint8).ctypes.data
-        whole = os.path.getsize(x.filename) - x.offset == x.nbytes
-    except (OSError, ValueError, TypeError):
-        return False
-    return whole and x.ctypes.data == base + x.offset % mmap.ALLOCATIONGRANULARITY
-
-
-def _walk(obj, leaf):
-    """``leaf`` applied to every non-container inside tuples, namedtuples, lists and dicts."""
-    if isinstance(obj, tuple):
-        items = [_walk(o, leaf) for o in obj]
-        return type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)
-    if isinstance(obj, list):
-        return [_walk(o, leaf) for o in obj]
-    if isinstance(obj, dict):
-        return {k: _walk(v, leaf) for k, v in obj.items()}
-    return leaf(obj)
-
-
-def _pack(obj, mode="r"):
-    """Replace whole memory-mapped arrays (and row state) by references the worker opens."""
-    def leaf(x):
-        x = x.array if isinstance(x, RowState) else x
-        return _MemmapRef(x, mode) if _is_file_memmap(x) else x
-    return _walk(obj, leaf)
-
-
-def _unpack(obj):
-    return _walk(obj, lambda x: x.open() if isinstance(x, _MemmapRef) else x)
-
-
-def _use_share(shares) -> None:
-    """Limit numba's threads in this task to this worker's share of its machine's cores (the
-    cores divided by the workers on that host), so that workers do not oversubscribe a machine."""
-    if not shares:
-        return
-    try:
-        from distributed import get_worker
-        share = shares.get(get_worker().address)
-    except ValueError:  # not on a worker
-        return
-    if share:
-        import numba
-        numba.set_num_threads(max(1, min(int(share), numba.config.NUMBA_NUM_THREADS)))
-
-
-def _run_task(fn, args, shares):
-    _use_share(shares)
-    return fn(*args)
-
-
-def _batches(source, group):
-    """The task's batches: row ranges of the feature cache (``source`` = (path, n, d), opened
-    here), or the batches themselves for in-memory data."""
-    if source is None:
-        return group
-    path, n, d = source
-    X = np.memmap(path, dtype=np.float32, mode="r", shape=(n, d))
-    return (Batch(s, X[s:e]) for s, e in group)
-
-
-def _flush(arrays):
-    for a in arrays:
-        if isinstance(a, np.memmap):
-            a.flush()
-
-
-def _split(items: list, n: int) -> list:
-    """``items`` cut into at most ``n`` contiguous, non-empty groups of near-equal size."""
-    n = max(1, min(len(items), n))
-    edges = np.linspace(0, len(items), n + 1).round().astype(int)
-    return [items[a:b] for a, b in zip(edges[:-1], edges[1:]) if b > a]
-
-
-def _run_scan(step, source, group, state, carry, params, shares=None):
-    """One share of an ordered pass: its blocks in order from the given carry."""
-    _use_share(shares)
-    arrays = tuple(_unpack(s) for s in state)
-    out = scan_batches(step, _batches(source, group), arrays, carry, _unpack(params))
-    _flush(arrays)
-    return out
-
-
-def _run_group(step, merge, source, group, state, params, shares=None):
-    """One task: the step over a group of batches, partials merged in order."""
-    _use_share(shares)
-    batches = _batches(source, group)
-    arrays = tuple(_unpack(s) for s in state)
-    params = _unpack(params)
-    acc = None
-    rows = 0
-    for b in batches:
-        part = step(b, tuple(a[b.start:b.stop] for a in arrays), params)
-        acc = part if acc is None else merge(acc, part)
-        rows += len(b.X)
-    _flush(arrays)
-    return acc, rows
-
-
 class DaskExecutor:
     """Runs ``aggregate`` on a ``dask.distributed`` cluster.
 
@@ -201,7 +89,7 @@ class DaskExecutor:
     distributed = True
 
     def __init__(self, client=None, scheduler: str | None = None, n_workers: int | None = None,
-                 tasks_per_worker: int = 2, numba_threads: int | None = None):
+                 tasks_per_worker: int = 2, numba_threads: int | None = None, pass_tries: int = 4):
         try:
             import distributed
         except ImportError:
@@ -222,6 +110,7 @@ class DaskExecutor:
         self.client = client
         self.tasks_per_worker = int(tasks_per_worker)
         self.numba_threads = numba_threads
+        self.pass_tries = int(pass_tries)
         self._shares_for = None
         self._shares = None
 
@@ -275,7 +164,7 @@ class DaskExecutor:
         """``[fn(*args) for args in items]`` as one task each on the cluster, results in order."""
         from distributed import as_completed
         shares = self.shares()
-        futures = [self.client.submit(_run_task, fn, tuple(args), shares, pure=False)
+        futures = [self.client.submit(run_task, fn, tuple(args), shares, pure=False)
                    for args in items]
         index = {f.key: i for i, f in enumerate(futures)}
         out = [None] * len(futures)
@@ -288,14 +177,16 @@ class DaskExecutor:
 
     @staticmethod
     def _state_refs(state) -> tuple:
-        refs = []
-        for i, s in enumerate(state):
-            ref = _pack(s, "r+")
+        """((current, next) references, the client's arrays) of the row-state arrays."""
+        refs, arrays = [], []
+        for i, st in enumerate(state):
+            ref = pack(st, "r")
             if not isinstance(ref, _MemmapRef):
                 raise ParameterError(f"Dask executor: row state #{i} is not a memory-mapped array; "
                                      "use ctx.row_state so that workers can open it")
-            refs.append(ref)
-        return tuple(refs)
+            refs.append((ref, shadow(ref)))
+            arrays.append(getattr(st, "array", st))
+        return tuple(refs), arrays
 
     @staticmethod
     def _source(data):
@@ -305,9 +196,10 @@ class DaskExecutor:
         return None
 
     def _gather(self, futures, progress, before: set):
-        """Results of ``futures`` (each ``(value, rows)``) in submission order; raises
-        :class:`WorkerLost` when a task failed with its worker or a worker of ``before`` (the
-        workers at the start of the pass) is gone by the end."""
+        """Results of ``futures`` (each ``(value, rows)``) in submission order.  A worker lost
+        meanwhile does not matter when every result arrives (the tasks are safe to rerun: Dask
+        reran its tasks); :class:`_PassLost` when a result cannot be had because of a lost
+        worker; :class:`WorkerLost` when a task keeps killing its workers."""
         from distributed import as_completed
         results = {}
         try:
@@ -320,29 +212,51 @@ class DaskExecutor:
             raise
         except Exception as e:  # noqa: BLE001 - a task error or a lost worker, told apart below
             lost = sorted(before - set(self._workers()))
-            if lost or type(e).__name__ in ("KilledWorker", "CommClosedError", "FutureCancelledError"):
+            if type(e).__name__ == "KilledWorker":
                 raise self._lost(lost, e) from None
+            if lost or type(e).__name__ in ("CommClosedError", "FutureCancelledError",
+                                            "CancelledError", "StreamClosedError"):
+                for f in futures:
+                    f.cancel()
+                raise _PassLost(lost, e) from None
             raise
         lost = sorted(before - set(self._workers()))
         if lost:
-            raise self._lost(lost, None)
+            log.warning("Dask worker(s) %s lost during a pass; its tasks ran again on the others",
+                        ", ".join(lost))
         return [results[f.key] for f in futures]
 
     @staticmethod
     def _lost(lost, error) -> WorkerLost:
         why = f" ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})" \
             if error is not None else ""
-        return WorkerLost(f"Dask worker(s) {', '.join(lost) or '?'} lost during a pass{why}; "
-                          "its row-state updates cannot be trusted. With a --work-dir, rerun with "
-                          "--resume (resume=True): the fit continues exactly from the last epoch's "
-                          "checkpoint; without one, rerun")
+        return WorkerLost(f"Dask worker(s) {', '.join(lost) or '?'} lost during a pass{why}, "
+                          "and the pass could not finish on the workers left. With a --work-dir, "
+                          "rerun with --resume (resume=True): the fit continues exactly from the "
+                          "last epoch's checkpoint; without one, rerun")
+
+    def _run_pass(self, submit, progress):
+        """``submit(params_future) -> futures``, gathered; the whole pass again (at most
+        ``pass_tries`` times) when a lost worker took tasks or results with it.  The row state's
+        input is untouched until the caller commits, so every try starts from the same rows."""
+        import time
+        for attempt in range(self.pass_tries):
+            before = set(self._workers())
+            try:
+                return self._gather(submit(), progress, before)
+            except _PassLost as e:
+                if attempt == self.pass_tries - 1:
+                    raise self._lost(e.lost, e.error) from None
+                log.warning("Dask worker(s) %s lost during a pass (%s); running the pass again",
+                            ", ".join(e.lost) or "?", type(e.error).__name__)
+                time.sleep(0.5 * (attempt + 1))
 
     def _scatter(self, params, tries: int = 4):
         """Send ``params`` to one worker.  No task of the pass has run yet, so a worker lost under
         the scatter (killed between two passes: the connection closes under it) costs nothing but
         another try on the workers left; only when every try fails is it :class:`WorkerLost`."""
         import time
-        packed = _pack(params)
+        packed = pack(params)
         for attempt in range(tries):
             try:
                 return self.client.scatter([packed], broadcast=False, hash=False)[0]
@@ -368,13 +282,16 @@ class DaskExecutor:
             return carry, {"shares": 0, "rows": 0, "spread": 0.0}
         source = self._source(data)
         items = list(blocks) if source is not None else [data.rows(s, e) for s, e in blocks]
-        groups = _split(items, self.parallelism())
-        before = set(self._workers())
-        p = self._scatter(params)
-        refs, shares = self._state_refs(state), self.shares()
-        futures = [self.client.submit(_run_scan, step, source, g, refs, carry, p, shares, pure=False)
-                   for g in groups]
-        results = self._gather(futures, progress, before)
+        groups = split(items, self.parallelism())
+        refs, arrays = self._state_refs(state)
+
+        def submit():
+            p, shares = self._scatter(params), self.shares()
+            return [self.client.submit(run_scan, step, source, g, refs, carry, p, shares, pure=False)
+                    for g in groups]
+        results = self._run_pass(submit, progress)
+        commit(refs, arrays, [(b[0], b[1]) if source is not None else (b.start, b.stop)
+                              for b in items])
         carries, rows = [r[0] for r in results], [r[1] for r in results]
         if len(carries) == 1:
             return carries[0], {"shares": 1, "rows": rows[0], "spread": 0.0}
@@ -383,7 +300,7 @@ class DaskExecutor:
 
     def aggregate(self, step: Callable, data, params, *, state=(), merge: Callable = merge_sum,
                   batch_size: int = 65536, progress: Callable[[int], None] | None = None):
-        state_refs = self._state_refs(state)
+        refs, arrays = self._state_refs(state)
         source = self._source(data)
         if source is not None:
             items = [(s, min(data.n_rows, s + batch_size)) for s in range(0, data.n_rows, batch_size)]
@@ -391,14 +308,18 @@ class DaskExecutor:
             items = list(data.iter_batches(batch_size))
         if not items:
             return None
-        groups = _split(items, self._n_tasks(len(items)))
-        before = set(self._workers())
-        p = self._scatter(params)
-        shares = self.shares()
-        futures = [self.client.submit(_run_group, step, merge, source, g, state_refs, p,
-                                      shares, pure=False) for g in groups]
+        groups = split(items, self._n_tasks(len(items)))
+
+        def submit():
+            p, shares = self._scatter(params), self.shares()
+            return [self.client.submit(run_group, step, merge, source, g, refs, p, shares,
+                                       pure=False) for g in groups]
+        results = self._run_pass(submit, progress)
+        if refs:
+            commit(refs, arrays, [(0, data.n_rows)] if source is not None else
+                   [(b.start, b.stop) for b in items])
         acc = None
-        for part, _ in self._gather(futures, progress, before):
+        for part, _ in results:
             if part is not None:
                 acc = part if acc is None else merge(acc, part)
         return acc
