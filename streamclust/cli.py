@@ -9,6 +9,10 @@ import click
 
 from .errors import StreamclustError
 
+#: the largest count an integer option takes (batches, epochs, clusters): what NumPy's int32
+#: indexing and the kernels' counters hold; a larger one is refused naming the option
+INT32 = 2**31 - 1
+
 
 class _Group(click.Group):
     """Prints errors as one line (``--verbose``: with the traceback) and exits 1; SIGTERM is
@@ -119,10 +123,36 @@ def main(ctx, verbose, log_level):
     _setup_logging(log_level)
 
 
+def _already_complete(out, work_dir, max_epochs, algorithm, clusters) -> bool:
+    """True when ``out`` holds the model that ``--resume`` of ``work_dir`` would write: the same
+    algorithm and k, its history the checkpoint's, and that run ended (converged, or
+    ``max_epochs`` epochs)."""
+    import json
+    import os
+    if not work_dir or not os.path.isfile(os.path.join(out, "model.json")):
+        return False
+    from .run import checkpoint
+    found = checkpoint.find(work_dir)
+    if found is None:
+        return False
+    try:
+        with open(os.path.join(out, "model.json")) as f:
+            model = json.load(f)
+        with open(os.path.join(found, "checkpoint.json")) as f:
+            ckpt = json.load(f)
+        history = ckpt["history"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    ended = bool(history) and (history[-1].get("converged") or len(history) >= max_epochs)
+    same = model.get("algorithm") == algorithm and \
+        (clusters is None or (model.get("params") or {}).get("n_clusters") == clusters)
+    return ended and same and model.get("history") == history
+
+
 @main.command()
 @click.argument("data")
 @click.option("--algorithm", "-a", default="dgmm", show_default=True)
-@click.option("--clusters", "-k", type=int, default=None,
+@click.option("--clusters", "-k", type=click.IntRange(1, INT32), default=None,
               help="Number of clusters (required, except for algorithms that choose it: infex).")
 @_FEATURES
 @_EXCLUDE
@@ -130,16 +160,16 @@ def main(ctx, verbose, log_level):
               show_default=True, help="Scale each feature (statistics from the data, stored in "
                                       "the model and applied by predict).")
 @click.option("--set", "sets", multiple=True, metavar="NAME=VALUE", help="Algorithm parameter.")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--batch-size", type=int, default=65536, show_default=True)
-@click.option("--max-epochs", type=int, default=100, show_default=True)
+@click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True)
+@click.option("--batch-size", type=click.IntRange(1, INT32), default=65536, show_default=True)
+@click.option("--max-epochs", type=click.IntRange(1, INT32), default=100, show_default=True)
 @click.option("--work-dir", default=None, help="Keep the feature cache and row state here.")
 @click.option("--skip-invalid", is_flag=True, help="Skip rows with NaN/inf instead of failing.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @click.option("--scheduler", default=None, metavar="ADDRESS",
               help="Run the passes on a dask.distributed cluster (tcp://host:8786), or 'local' to "
                    "start a LocalCluster; the --work-dir must be reachable by every worker.")
-@click.option("--workers", type=click.IntRange(min=1), default=None, help="Workers of --scheduler local (default 2).")
+@click.option("--workers", type=click.IntRange(1, 10_000), default=None, help="Workers of --scheduler local (default 2).")
 @click.option("--resume", is_flag=True,
               help="Continue the run whose checkpoint is in --work-dir (written after every epoch).")
 @click.option("--out", "-o", required=True, help="Model directory to write.")
@@ -154,6 +184,9 @@ def fit(data, algorithm, clusters, features, exclude, scale, sets, seed, batch_s
     from .run.engine import fit as _fit
     from .model.files import check_model_out
     from .plugins import PluginHost
+    if resume and not overwrite and _already_complete(out, work_dir, max_epochs, algorithm, clusters):
+        click.echo(f"{out}: already complete (the model of the run in {work_dir}); left as it is")
+        return
     check_model_out(out, overwrite)  # before the first pass, not after hours of fitting
     if clusters is None and not PluginHost().algorithm(algorithm).chooses_k:
         raise click.UsageError(f"missing option '-k' / '--clusters' (algorithm '{algorithm}' needs "
@@ -196,11 +229,11 @@ def fit(data, algorithm, clusters, features, exclude, scale, sets, seed, batch_s
 @click.argument("data")
 @click.option("--out", "-o", required=True, help="Parquet file to write.")
 @click.option("--keep", multiple=True, help="Columns to pass through (default: all non-feature columns).")
-@click.option("--batch-size", type=int, default=65536, show_default=True)
+@click.option("--batch-size", type=click.IntRange(1, INT32), default=65536, show_default=True)
 @click.option("--skip-invalid", is_flag=True, help="Label rows with NaN/inf -1 instead of failing.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --out (never an input file).")
 @click.option("--soft", is_flag=True, help="Add 'soft': the probability of every cluster (list<float32>).")
-@click.option("--soft-top", type=click.IntRange(min=1), default=None, metavar="N",
+@click.option("--soft-top", type=click.IntRange(1, INT32), default=None, metavar="N",
               help="Add the N most probable clusters per row ('soft_clusters', 'soft_probs'), for large k.")
 def predict(model_dir, data, out, keep, batch_size, skip_invalid, overwrite, soft, soft_top):
     """Label every row of DATA with MODEL_DIR; write passthrough columns + cluster to --out."""
@@ -218,7 +251,7 @@ def predict(model_dir, data, out, keep, batch_size, skip_invalid, overwrite, sof
 @click.argument("model_dir")
 @click.argument("data")
 @click.option("--labels", required=True, help="Column with the true classes.")
-@click.option("--batch-size", type=int, default=65536, show_default=True)
+@click.option("--batch-size", type=click.IntRange(1, INT32), default=65536, show_default=True)
 @click.option("--skip-invalid", is_flag=True, help="Leave rows with NaN/inf features out.")
 @_JSON
 def evaluate(model_dir, data, labels, batch_size, skip_invalid, as_json):
@@ -234,9 +267,9 @@ def evaluate(model_dir, data, labels, batch_size, skip_invalid, as_json):
 @click.argument("data", required=False)
 @click.option("--out", "-o", required=True, help="HTML file to write.")
 @click.option("--labels", default=None, help="Column with true classes: scores and a confusion table.")
-@click.option("--sample", type=click.IntRange(min=10), default=3000, show_default=True,
+@click.option("--sample", type=click.IntRange(10, INT32), default=3000, show_default=True,
               help="Rows drawn (uniformly, in the same pass) for the projection.")
-@click.option("--batch-size", type=int, default=65536, show_default=True)
+@click.option("--batch-size", type=click.IntRange(1, INT32), default=65536, show_default=True)
 @click.option("--skip-invalid", is_flag=True, help="Leave rows with NaN/inf out.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --out.")
 def report(model_dir, data, out, labels, sample, batch_size, skip_invalid, overwrite):
@@ -254,17 +287,17 @@ def report(model_dir, data, out, labels, sample, batch_size, skip_invalid, overw
 @click.option("--algorithm", "-a", default="dgmm", show_default=True)
 @click.option("--clusters", "-k", "ks", default="2..20", show_default=True,
               help="The k to try: '2..30', '2,4,8'.")
-@click.option("--sample", type=click.IntRange(min=10), default=3000, show_default=True,
+@click.option("--sample", type=click.IntRange(10, INT32), default=3000, show_default=True,
               help="Rows drawn uniformly (one pass) and fitted for every k.")
-@click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True,
+@click.option("--seeds", type=click.IntRange(1, 10_000), default=3, show_default=True,
               help="Fits per k (stability compares them).")
 @_FEATURES
 @_EXCLUDE
 @click.option("--scale", type=click.Choice(["none", "standard", "minmax"]), default="none",
               show_default=True)
 @click.option("--set", "sets", multiple=True, metavar="NAME=VALUE", help="Algorithm parameter.")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--batch-size", type=int, default=65536, show_default=True)
+@click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True)
+@click.option("--batch-size", type=click.IntRange(1, INT32), default=65536, show_default=True)
 @click.option("--skip-invalid", is_flag=True, help="Leave rows with NaN/inf out.")
 @click.option("--out", "-o", default=None, help="Also write the curves and the table to this HTML page.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --out.")
@@ -293,7 +326,7 @@ def sweep(data, algorithm, ks, sample, seeds, features, exclude, scale, sets, se
 
 @main.command()
 @click.argument("data")
-@click.option("--neighbors", "-n", type=int, default=5, show_default=True, help="k: neighbours per row.")
+@click.option("--neighbors", "-n", type=click.IntRange(1, 10_000), default=5, show_default=True, help="k: neighbours per row.")
 @_FEATURES
 @_EXCLUDE
 @click.option("--scale", type=click.Choice(["none", "standard", "minmax"]), default="none",
@@ -301,15 +334,15 @@ def sweep(data, algorithm, ks, sample, seeds, features, exclude, scale, sets, se
 @click.option("--out", "-o", required=True,
               help="Directory for the feature cache, the hnswlib shards and knn/graph_*.npy "
                    "(reused by a later run with the same settings).")
-@click.option("--shard-rows", type=int, default=2_000_000, show_default=True,
+@click.option("--shard-rows", type=click.IntRange(1, 2**40), default=2_000_000, show_default=True,
               help="Rows per hnswlib index (one shard must fit in memory).")
-@click.option("--ef", type=int, default=0, help="Query breadth (0: 24; never below 2k + 2).")
-@click.option("--M", "m", type=int, default=16, show_default=True, help="hnswlib graph degree.")
-@click.option("--batch-size", type=int, default=65536, show_default=True)
+@click.option("--ef", type=click.IntRange(0, INT32), default=0, help="Query breadth (0: 24; never below 2k + 2).")
+@click.option("--M", "m", type=click.IntRange(2, 65_535), default=16, show_default=True, help="hnswlib graph degree.")
+@click.option("--batch-size", type=click.IntRange(1, INT32), default=65536, show_default=True)
 @click.option("--scheduler", default=None, metavar="ADDRESS",
               help="Build and query the shards on a dask.distributed cluster (or 'local'); --out "
                    "must be reachable by every worker.")
-@click.option("--workers", type=click.IntRange(min=1), default=None, help="Workers of --scheduler local (default 2).")
+@click.option("--workers", type=click.IntRange(1, 10_000), default=None, help="Workers of --scheduler local (default 2).")
 def graph(data, neighbors, features, exclude, scale, out, shard_rows, ef, m, batch_size, scheduler,
           workers):
     """Build the kNN graph of DATA (ids N×k int64, distances N×k float32) into --out."""

@@ -88,10 +88,11 @@ def test_graph_bad_sizes_leave_nothing(tmp_path):
     """`graph -n 0` left a full feature cache in --out, `--batch-size 0` an empty directory."""
     from test_bad_input import run
     _, data = _graph_data(tmp_path, 500)
-    for args, word in ((["-n", "0"], "n_neighbors"), (["--batch-size", "0"], "batch_size")):
+    for args, word in ((["-n", "0"], "--neighbors"), (["--batch-size", "0"], "--batch-size")):
         out = tmp_path / f"g{word}"
         code, text = run(["graph", data, "-f", "embedding", "--out", str(out), *args])
-        assert code == 1 and word in text and "Traceback" not in text, text
+        # refused by the option's range (exit 2, the option named) before anything is written
+        assert code == 2 and word in text and "Traceback" not in text, text
         assert not out.exists()
 
 
@@ -234,3 +235,49 @@ def test_a_dropped_sigterm_exception_still_stops_at_the_next_batch():
     finally:
         TERMINATED.clear()
     assert LocalExecutor().aggregate(lambda b, s, p: 1, open_data(X), None, batch_size=10) == 10
+
+
+@pytest.mark.parametrize("command,option", [
+    ("fit", "--batch-size"), ("fit", "--max-epochs"), ("fit", "-k"), ("fit", "--seed"),
+    ("predict", "--batch-size"), ("graph", "--neighbors"), ("graph", "--shard-rows"),
+    ("graph", "--batch-size")])
+def test_an_integer_option_out_of_range_is_one_line_naming_it(blob_dir, tmp_path, command, option):
+    from click.testing import CliRunner
+
+    from streamclust.cli import main
+    args = {"fit": ["fit", blob_dir, "-k", "4", "-f", "embedding", "--out", str(tmp_path / "m")],
+            "predict": ["predict", str(tmp_path / "m"), blob_dir, "--out", str(tmp_path / "p.parquet")],
+            "graph": ["graph", blob_dir, "--out", str(tmp_path / "g")]}[command]
+    if option in args:
+        args[args.index(option) + 1] = str(2**63)
+    else:
+        args += [option, str(2**63)]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 2, res.output
+    assert "Invalid value for" in res.output and f"'{option}'" in res.output, res.output
+    assert "not in the range" in res.output
+    assert "Traceback" not in res.output and os.listdir(tmp_path) == ["data"]  # nothing written
+
+
+def test_an_integer_argument_out_of_range_is_refused_in_python():
+    X, _ = make_blobs(n=100, k=2, d=2, seed=0)
+    for name in ("batch_size", "max_epochs"):
+        with pytest.raises(streamclust.ParameterError, match=f"{name} must be an integer from 1"):
+            streamclust.fit(X, "dgmm", 2, progress=False, **{name: 2**63})
+
+
+def test_resume_of_a_complete_fit_says_so_and_leaves_the_model(tmp_path, blob_dir):
+    from click.testing import CliRunner
+
+    from streamclust.cli import main
+    out = str(tmp_path / "m")
+    args = ["fit", blob_dir, "-k", "4", "-f", "embedding", "--work-dir", str(tmp_path / "w"),
+            "--out", out, "-q", "--max-epochs", "5"]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    before = {f: open(os.path.join(out, f), "rb").read() for f in os.listdir(out)}
+    res = CliRunner().invoke(main, args + ["--resume"])
+    assert res.exit_code == 0, res.output
+    assert "already complete" in res.output
+    assert {f: open(os.path.join(out, f), "rb").read() for f in os.listdir(out)} == before
+    other = CliRunner().invoke(main, [a if a != "4" else "5" for a in args] + ["--resume"])
+    assert other.exit_code != 0 and "not overwritten" in other.output  # another k: not this model

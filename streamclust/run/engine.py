@@ -54,9 +54,9 @@ class _State:
     info: dict
 
 
-def _check_int(name, value, low):
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ParameterError(f"{name} must be an integer >= {low}, got {value!r}")
+def _check_int(name, value, low, high=2**31 - 1):
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ParameterError(f"{name} must be an integer from {low} to {high}, got {value!r}")
 
 
 def _executor(executor, client):
