@@ -121,32 +121,10 @@ def main(ctx, verbose, log_level):
     """Cluster data sets larger than memory (Parquet, Arrow IPC)."""
     ctx.obj = {"verbose": verbose}
     _setup_logging(log_level)
+    import tempfile
 
-
-def _already_complete(out, work_dir, max_epochs, algorithm, clusters) -> bool:
-    """True when ``out`` holds the model that ``--resume`` of ``work_dir`` would write: the same
-    algorithm and k, its history the checkpoint's, and that run ended (converged, or
-    ``max_epochs`` epochs)."""
-    import json
-    import os
-    if not work_dir or not os.path.isfile(os.path.join(out, "model.json")):
-        return False
-    from .run import checkpoint
-    found = checkpoint.find(work_dir)
-    if found is None:
-        return False
-    try:
-        with open(os.path.join(out, "model.json")) as f:
-            model = json.load(f)
-        with open(os.path.join(found, "checkpoint.json")) as f:
-            ckpt = json.load(f)
-        history = ckpt["history"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-    ended = bool(history) and (history[-1].get("converged") or len(history) >= max_epochs)
-    same = model.get("algorithm") == algorithm and \
-        (clusters is None or (model.get("params") or {}).get("n_clusters") == clusters)
-    return ended and same and model.get("history") == history
+    from .base.workdir import clean_stale
+    clean_stale(tempfile.gettempdir(), "streamclust-")  # what killed runs left (debug: which)
 
 
 @main.command()
@@ -184,7 +162,10 @@ def fit(data, algorithm, clusters, features, exclude, scale, sets, seed, batch_s
     from .run.engine import fit as _fit
     from .model.files import check_model_out
     from .plugins import PluginHost
-    if resume and not overwrite and _already_complete(out, work_dir, max_epochs, algorithm, clusters):
+    from .base.workdir import output_lock
+    click.get_current_context().with_resource(output_lock(out))  # held until the model is saved
+    from .run.checkpoint import model_is_complete
+    if resume and not overwrite and model_is_complete(out, work_dir, max_epochs, algorithm, clusters):
         click.echo(f"{out}: already complete (the model of the run in {work_dir}); left as it is")
         return
     check_model_out(out, overwrite)  # before the first pass, not after hours of fitting

@@ -175,7 +175,7 @@ def test_sigterm_cleans_up_like_ctrl_c(tmp_path):
     assert left == [] and not (tmp_path / "model").exists(), (left, out)
 
 
-def test_stale_work_directories_of_dead_runs_are_removed(tmp_path, monkeypatch):
+def test_stale_work_directories_of_dead_runs_are_removed(tmp_path, monkeypatch, caplog):
     import tempfile
     import time
     from streamclust.base.workdir import LOCK, WorkDirLock
@@ -189,11 +189,54 @@ def test_stale_work_directories_of_dead_runs_are_removed(tmp_path, monkeypatch):
     for d in (dead, alive):
         os.utime(d / LOCK, (old, old))
     X, _ = make_blobs(n=200, k=2, d=2, seed=0)
+    import logging
     with WorkDirLock(str(alive)):
         os.utime(alive / LOCK, (old, old))
-        with pytest.warns(UserWarning, match="dead runs: .*streamclust-dead"):
+        with caplog.at_level(logging.DEBUG, logger="streamclust"):
             streamclust.fit(X, "dgmm", 2, progress=False)
+    assert "dead runs: " in caplog.text and "streamclust-dead" in caplog.text
     assert not dead.exists() and alive.exists() and young.exists()
+
+
+def test_a_killed_fit_leaves_nothing_after_the_next_command(tmp_path, blob_dir):
+    """A fit without --work-dir SIGKILLed: its temporary work directory (the whole feature
+    cache) is removed by the next streamclust command, whatever it is; the directory of a live
+    run is kept.  A killed writer's temporary output is removed by the next write of that file."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from streamclust.base.workdir import WorkDirLock, owner_tag
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = dict(os.environ, TMPDIR=str(tmp))
+    cli = [sys.executable, "-m", "streamclust.cli"]
+    p = subprocess.Popen(cli + ["fit", blob_dir, "-k", "4", "-f", "embedding", "--max-epochs", "100000",
+                                "--set", "tol=0", "--out", str(tmp_path / "m"), "-q"], env=env)
+    deadline = time.time() + 60
+    while time.time() < deadline and not any(
+            (d / ".streamclust.lock").exists() and (d / ".streamclust.lock").read_text()
+            for d in tmp.iterdir()):
+        time.sleep(0.05)
+    time.sleep(0.5)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    left = [d.name for d in tmp.iterdir()]
+    assert left and all(n.startswith("streamclust-") for n in left)
+    live = tmp / "streamclust-live"
+    live.mkdir()
+    with WorkDirLock(str(live)):
+        r = subprocess.run(cli + ["info", blob_dir], env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert [d.name for d in tmp.iterdir()] == ["streamclust-live"]  # the killed run's is gone
+    out = tmp_path / "p.parquet"
+    dead_tmp = tmp_path / f".p.parquet.999999999-1.abc.tmp"
+    live_tmp = tmp_path / f".p.parquet.{owner_tag()}.xyz.tmp"
+    dead_tmp.write_bytes(b"partial")
+    live_tmp.write_bytes(b"partial")
+    streamclust.fit(blob_dir, "dgmm", 4, features="embedding", progress=False).predict_to_parquet(
+        blob_dir, str(out))
+    assert out.exists() and not dead_tmp.exists() and live_tmp.exists()
 
 
 def test_list_label_column_is_named(tmp_path):
@@ -281,3 +324,37 @@ def test_resume_of_a_complete_fit_says_so_and_leaves_the_model(tmp_path, blob_di
     assert {f: open(os.path.join(out, f), "rb").read() for f in os.listdir(out)} == before
     other = CliRunner().invoke(main, [a if a != "4" else "5" for a in args] + ["--resume"])
     assert other.exit_code != 0 and "not overwritten" in other.output  # another k: not this model
+
+
+def test_a_second_writer_of_an_output_is_refused_at_once(tmp_path, blob_dir):
+    """fit --out and predict --out take the output's lock before anything else: a second writer
+    of the same output gets one line at once (on main: a predict replaced the other's file, a
+    fit failed at its end after all its epochs)."""
+    from click.testing import CliRunner
+
+    from streamclust.base.workdir import output_lock
+    from streamclust.cli import main
+    model = str(tmp_path / "m")
+    assert CliRunner().invoke(main, ["fit", blob_dir, "-k", "4", "-f", "embedding", "-o", model, "-q"]).exit_code == 0
+    for args, out in ((["fit", blob_dir, "-k", "4", "-f", "embedding", "-q"], str(tmp_path / "m2")),
+                      (["predict", model, blob_dir], str(tmp_path / "p.parquet"))):
+        with output_lock(out):
+            res = CliRunner().invoke(main, args + ["--out", out])
+        assert res.exit_code == 1 and "being written by another run (pid" in res.output, res.output
+        assert not os.path.exists(out) and "Traceback" not in res.output
+    assert sorted(os.listdir(tmp_path)) == ["data", "m"]  # the lock files went with their holders
+
+
+def test_graph_never_removes_a_directory_another_run_holds(tmp_path, monkeypatch):
+    """Two `graph --out g0` at once: the one that lost the lock removed g0, which the other had
+    just filled (on main, now and then: FileNotFoundError for g0/features.f32.tmp)."""
+    import streamclust.base.workdir as wd
+    _, data = _graph_data(tmp_path, 500)
+    g0 = tmp_path / "g0"
+
+    def held(self):  # the directory's lock is held by another run
+        raise StreamclustError(f"{os.path.dirname(self.path)}: the work directory is in use")
+    monkeypatch.setattr(wd.WorkDirLock, "__enter__", held)
+    with pytest.raises(StreamclustError, match="in use"):
+        streamclust.knn_graph(data, 5, features="embedding", work_dir=str(g0))
+    assert g0.exists()  # this run made it, but the lock holder owns it now

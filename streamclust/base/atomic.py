@@ -13,11 +13,16 @@ import numpy as np
 
 @contextlib.contextmanager
 def atomic_path(path: str, suffix: str = ".tmp"):
-    """Yields a temporary path beside ``path`` (unique: two writers never share it); renamed to
-    ``path`` when the block ends normally, removed when it raises.  ``suffix`` keeps the
+    """Yields a temporary path beside ``path`` (unique: two writers never share it; named
+    ``.<name>.<pid>-<start>.<random><suffix>`` after its owner, so that a later write of the
+    same file removes what a killed writer left); renamed to ``path`` when the block ends
+    normally, removed when it raises.  ``suffix`` keeps the
     extension a writer insists on (``np.save`` appends ``.npy`` to other names)."""
+    from .workdir import owner_tag, remove_dead
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=suffix, dir=directory)
+    prefix = "." + os.path.basename(path) + "."
+    remove_dead(directory, prefix)  # what a killed writer of this file left
+    fd, tmp = tempfile.mkstemp(prefix=prefix + owner_tag() + ".", suffix=suffix, dir=directory)
     os.close(fd)
     try:
         yield tmp

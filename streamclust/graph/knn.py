@@ -317,11 +317,16 @@ def knn_graph(data, n_neighbors: int = 5, *, features=None, exclude=None, work_d
             raise ParameterError(f"{name} must be an integer >= 1, got {v!r}")
     d = open_data(data, features=features, on_invalid=on_invalid, exclude=exclude)
     owned = work_dir is None
-    created = not owned and not os.path.exists(work_dir)
     work_dir = tempfile.mkdtemp(prefix="streamclust-knn-") if owned else work_dir
-    os.makedirs(work_dir, exist_ok=True)
+    try:  # made here (atomically: of two runs at once, one makes it), or there already
+        os.makedirs(work_dir)
+        created = not owned
+    except FileExistsError:
+        created = False
+    locked = False
     try:
         with WorkDirLock(work_dir):  # one writer per directory: a fit or another graph waits
+            locked = True  # from here on the directory is this run's to remove on failure
             cache = FeatureCache.build(d, work_dir, batch_size, scale=scale)
             g = build_graph(cache, n_neighbors, os.path.join(work_dir, KNN_DIR),
                             batch_size=batch_size, **options)
@@ -329,8 +334,8 @@ def knn_graph(data, n_neighbors: int = 5, *, features=None, exclude=None, work_d
                 g = KNNGraph(np.array(g.ids), np.array(g.distances), g.status)
             return g
     except BaseException:
-        if created:  # nothing of a failed first run is left behind
-            shutil.rmtree(work_dir, ignore_errors=True)
+        if created and locked:  # nothing of a failed first run is left behind (never the
+            shutil.rmtree(work_dir, ignore_errors=True)  # directory of the run holding the lock)
         raise
     finally:
         if owned:

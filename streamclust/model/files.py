@@ -77,7 +77,9 @@ def save_model(model, path: str, overwrite: bool = False) -> str:
     path = os.path.abspath(path)
     parent = os.path.dirname(path)
     os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".streamclust-model-", dir=parent)
+    from ..base.workdir import owner_tag, remove_dead
+    remove_dead(parent, ".streamclust-model-")  # what a killed save left
+    tmp = tempfile.mkdtemp(prefix=f".streamclust-model-{owner_tag()}-", dir=parent)
     try:
         np.savez(os.path.join(tmp, ARRAYS), **arrays)
         files = {}

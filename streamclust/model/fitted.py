@@ -110,6 +110,13 @@ class Model:
         ``soft=True`` adds ``soft`` (``list<float32>``, the k probabilities of each row);
         ``soft=n`` the n most probable clusters, ``soft_clusters`` (``list<int32>``) and
         ``soft_probs`` (``list<float32>``), for large k.  Skipped rows get nulls."""
+        from ..base.workdir import output_lock
+        with output_lock(out):  # one writer per output: a second predict to it is refused now
+            return self._predict_to_parquet(data, out, keep, batch_size, on_invalid, progress,
+                                            overwrite, soft)
+
+    def _predict_to_parquet(self, data, out, keep, batch_size, on_invalid, progress, overwrite,
+                            soft) -> dict:
         top = _soft_top(soft, self)
         d = self._open(data, on_invalid)
         check_output_file(out, getattr(d.source, "files", ()), overwrite)

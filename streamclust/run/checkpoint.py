@@ -130,3 +130,26 @@ def restore_row_state(path: str, work_dir: str, names: list) -> None:
         tmp = os.path.join(work_dir, name + ".restore")
         shutil.copyfile(os.path.join(path, name), tmp)
         os.replace(tmp, os.path.join(work_dir, name))
+
+
+def model_is_complete(out, work_dir, max_epochs, algorithm, clusters) -> bool:
+    """True when ``out`` holds the model that ``--resume`` of ``work_dir`` would write: the same
+    algorithm and k, its history the checkpoint's, and that run ended (converged, or
+    ``max_epochs`` epochs)."""
+    if not work_dir or not os.path.isfile(os.path.join(out, "model.json")):
+        return False
+    found = find(work_dir)
+    if found is None:
+        return False
+    try:
+        with open(os.path.join(out, "model.json")) as f:
+            model = json.load(f)
+        with open(os.path.join(found, "checkpoint.json")) as f:
+            ckpt = json.load(f)
+        history = ckpt["history"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    ended = bool(history) and (history[-1].get("converged") or len(history) >= max_epochs)
+    same = model.get("algorithm") == algorithm and \
+        (clusters is None or (model.get("params") or {}).get("n_clusters") == clusters)
+    return ended and same and model.get("history") == history
