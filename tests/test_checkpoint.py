@@ -91,7 +91,11 @@ def test_sigkill_at_random_points_then_resume_equals_an_uninterrupted_run(tmp_pa
         work, out = str(tmp_path / f"w{trial}"), str(tmp_path / f"m{trial}")
         p = subprocess.Popen(_cli(*args, "--work-dir", work, "--out", out), env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.3, 0.95) * total)
+        deadline = time.time() + 120  # the kill falls after the first epoch's checkpoint (a
+        while time.time() < deadline and p.poll() is None and \
+                not os.path.exists(os.path.join(work, "checkpoint")):  # start-up of varying
+            time.sleep(0.01)  # length made every kill of a run land before it, now and then)
+        time.sleep(rng.uniform(0.0, 0.4) * total)
         p.send_signal(signal.SIGKILL)
         p.wait()
         if os.path.exists(out):  # finished before the kill: the model must be complete

@@ -164,7 +164,7 @@ def test_ncutemb_pairs_column_on_workers(dask_executor):
 KILL_FITS = {  # algorithm: (rows, arguments)
     "dgmm": (60_000, ["-a", "dgmm", "-k", "12", "--max-epochs", "20", "--set", "tol=1e-300",
                       "--set", "truncation=3", "--set", "candidates=3"]),
-    "slk": (20_000, ["-a", "slk", "-k", "12", "--max-epochs", "4"]),
+    "slk": (10_000, ["-a", "slk", "-k", "12", "--max-epochs", "2"]),
     "ncutemb": (60_000, ["-a", "ncutemb", "-k", "12", "--set", "epochs=8"]),
 }
 _UNINTERRUPTED = {}

@@ -134,6 +134,17 @@ class DaskExecutor:
         ident = self.client.sync(self.client.scheduler.identity, n_workers=-1)
         return dict(ident.get("workers", {}))
 
+    def _other_hosts(self) -> bool:
+        """True when a worker runs on another host than this client (its row-state files then
+        go through a shared file system, and every write is synced to it)."""
+        import socket
+        here = {"127.0.0.1", "localhost", "::1", socket.gethostname()}
+        try:
+            here.add(socket.gethostbyname(socket.gethostname()))
+        except OSError:
+            pass
+        return any(w.get("host") not in here for w in self._workers().values())
+
     def _n_tasks(self, n_batches: int) -> int:
         return max(1, min(n_batches, self.parallelism() * self.tasks_per_worker))
 
@@ -284,14 +295,16 @@ class DaskExecutor:
         items = list(blocks) if source is not None else [data.rows(s, e) for s, e in blocks]
         groups = split(items, self.parallelism())
         refs, arrays = self._state_refs(state)
+        sync = self._other_hosts()
 
         def submit():
             p, shares = self._scatter(params), self.shares()
-            return [self.client.submit(run_scan, step, source, g, refs, carry, p, shares, pure=False)
+            return [self.client.submit(run_scan, step, source, g, refs, carry, p, shares, sync,
+                                       pure=False)
                     for g in groups]
         results = self._run_pass(submit, progress)
         commit(refs, arrays, [(b[0], b[1]) if source is not None else (b.start, b.stop)
-                              for b in items])
+                              for b in items], sync)
         carries, rows = [r[0] for r in results], [r[1] for r in results]
         if len(carries) == 1:
             return carries[0], {"shares": 1, "rows": rows[0], "spread": 0.0}
@@ -301,6 +314,7 @@ class DaskExecutor:
     def aggregate(self, step: Callable, data, params, *, state=(), merge: Callable = merge_sum,
                   batch_size: int = 65536, progress: Callable[[int], None] | None = None):
         refs, arrays = self._state_refs(state)
+        sync = self._other_hosts()
         source = self._source(data)
         if source is not None:
             items = [(s, min(data.n_rows, s + batch_size)) for s in range(0, data.n_rows, batch_size)]
@@ -312,12 +326,12 @@ class DaskExecutor:
 
         def submit():
             p, shares = self._scatter(params), self.shares()
-            return [self.client.submit(run_group, step, merge, source, g, refs, p, shares,
+            return [self.client.submit(run_group, step, merge, source, g, refs, p, shares, sync,
                                        pure=False) for g in groups]
         results = self._run_pass(submit, progress)
         if refs:
             commit(refs, arrays, [(0, data.n_rows)] if source is not None else
-                   [(b.start, b.stop) for b in items])
+                   [(b.start, b.stop) for b in items], sync)
         acc = None
         for part, _ in results:
             if part is not None:

@@ -129,16 +129,17 @@ def _open_state(state) -> tuple:
     return tuple(_Rows(cur.open(), nxt.open()) for cur, nxt in state)
 
 
-def run_scan(step, source, group, state, carry, params, shares=None):
+def run_scan(step, source, group, state, carry, params, shares=None, sync=True):
     """One share of an ordered pass: its blocks in order from the given carry."""
     _use_share(shares)
     arrays = _open_state(state)
     out = scan_batches(step, _batches(source, group), arrays, carry, _unpack(params))
-    _flush(a.next for a in arrays)
+    if sync:  # written through to the file system: clients on other hosts read it
+        _flush(a.next for a in arrays)
     return out
 
 
-def run_group(step, merge, source, group, state, params, shares=None):
+def run_group(step, merge, source, group, state, params, shares=None, sync=True):
     """One task: the step over a group of batches, partials merged in order."""
     _use_share(shares)
     batches = _batches(source, group)
@@ -150,7 +151,8 @@ def run_group(step, merge, source, group, state, params, shares=None):
         part = step(b, tuple(a[b.start:b.stop] for a in arrays), params)
         acc = part if acc is None else merge(acc, part)
         rows += len(b.X)
-    _flush(a.next for a in arrays)
+    if sync:
+        _flush(a.next for a in arrays)
     return acc, rows
 
 
@@ -168,14 +170,16 @@ def shadow(ref: _MemmapRef) -> _MemmapRef:
     return out
 
 
-def commit(state, current, ranges, chunk_rows: int = 1 << 20) -> None:
+def commit(state, current, ranges, sync: bool = True, chunk_rows: int = 1 << 20) -> None:
     """After a pass: the rows ``ranges`` ((start, stop) pairs) of every ``next`` file copied into
-    the row-state arrays ``current`` (the client's own memory maps), then flushed."""
+    the row-state arrays ``current`` (the client's own memory maps), then flushed when ``sync``
+    (workers on other hosts read them through a shared file system; on one host the page cache
+    is shared and an ``msync`` per pass cost a fifth of an SLK fit's time)."""
     for (_, nxt), cur in zip(state, current):
         src = nxt.open()
         for s, e in ranges:
             for a in range(s, e, chunk_rows):
                 b = min(e, a + chunk_rows)
                 cur[a:b] = src[a:b]
-        if isinstance(cur, np.memmap):
+        if sync and isinstance(cur, np.memmap):
             cur.flush()
