@@ -24,16 +24,15 @@ def _public(cls, instance=None):
     return names
 
 
-def _context():
+def _context(work_dir):
     from streamclust.testing import make_context
-    import tempfile
     X, _ = make_blobs(n=50, k=2, d=3, seed=0)
-    return make_context(X, tempfile.mkdtemp())
+    return make_context(X, str(work_dir))
 
 
-def test_every_public_name_of_context_is_on_the_page():
+def test_every_public_name_of_context_is_on_the_page(tmp_path):
     page = open(PAGE).read()
-    ctx = _context()
+    ctx = _context(tmp_path)
     missing = sorted(n for n in _public(type(ctx), ctx) if f"`{n}" not in page
                      and f".{n}" not in page)
     assert not missing, f"Context names missing from docs/writing-an-algorithm.md: {missing}"
