@@ -313,18 +313,18 @@ def sweep(data, algorithm, ks, sample, seeds, features, exclude, scale, sets, se
 @click.option("--scale", type=click.Choice(["none", "standard", "minmax"]), default="none",
               show_default=True, help="Scale each feature before the search.")
 @click.option("--out", "-o", required=True,
-              help="Directory for the feature cache, the hnswlib shards and knn/graph_*.npy "
+              help="Directory for the feature cache, the hnswlib cells and knn/graph_*.npy "
                    "(reused by a later run with the same settings).")
-@click.option("--shard-rows", type=click.IntRange(1, 2**40), default=2_000_000, show_default=True,
-              help="Rows per hnswlib index (one shard must fit in memory).")
+@click.option("--cell-rows", type=click.IntRange(1, 2**40), default=50_000, show_default=True,
+              help="Rows per hnswlib index, on average (the cells being built must fit in memory).")
 @click.option("--ef", type=click.IntRange(0, INT32), default=0, help="Query breadth (0: 24; never below 2k + 2).")
 @click.option("--M", "m", type=click.IntRange(2, 65_535), default=16, show_default=True, help="hnswlib graph degree.")
 @click.option("--batch-size", type=click.IntRange(1, INT32), default=65536, show_default=True)
 @click.option("--scheduler", default=None, metavar="ADDRESS",
-              help="Build and query the shards on a dask.distributed cluster (or 'local'); --out "
+              help="Build and search the cells on a dask.distributed cluster (or 'local'); --out "
                    "must be reachable by every worker.")
 @click.option("--workers", type=click.IntRange(1, 10_000), default=None, help="Workers of --scheduler local (default 2).")
-def graph(data, neighbors, features, exclude, scale, out, shard_rows, ef, m, batch_size, scheduler,
+def graph(data, neighbors, features, exclude, scale, out, cell_rows, ef, m, batch_size, scheduler,
           workers):
     """Build the kNN graph of DATA (ids N×k int64, distances N×k float32) into --out."""
     import os
@@ -338,7 +338,7 @@ def graph(data, neighbors, features, exclude, scale, out, shard_rows, ef, m, bat
     try:
         g = knn_graph(data, neighbors, features=_split(features), exclude=_split(exclude),
                       scale=scale, work_dir=out,
-                      batch_size=batch_size, shard_rows=shard_rows, ef=ef, M=m, executor=executor)
+                      batch_size=batch_size, cell_rows=cell_rows, ef=ef, M=m, executor=executor)
     finally:
         if executor is not None:
             executor.close()

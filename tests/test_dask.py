@@ -75,13 +75,13 @@ def test_own_local_cluster_drops_only_the_heartbeat_traceback_of_its_close():
 
 
 def test_graph_built_on_workers_equals_the_local_build_and_appends_alike(dask_executor, tmp_path):
-    """Shards built and queried as tasks give the very graph of the local build (same shard
-    boundaries), for a full build and for an append; both via the Python API and the CLI."""
+    """Cells built and searched as tasks give the very graph of the local build (same cells),
+    for a full build and for an append; both via the Python API and the CLI."""
     X, _ = make_blobs(n=3000, k=6, d=8, seed=5, spread=1.0)
     data = write_parquet_dir(str(tmp_path / "d"), X.astype(np.float32), files=3)
     later = os.path.join(data, "part-002.parquet")
     os.rename(later, str(tmp_path / "held-back.parquet"))
-    opts = dict(features="embedding", min_shard_rows=300, threads=3, shard_rows=600, batch_size=256)
+    opts = dict(features="embedding", min_cell_rows=300, threads=3, cell_rows=600, batch_size=256)
     first = {}
     for name, ex in (("local", None), ("dask", dask_executor)):
         first[name] = streamclust.knn_graph(data, 5, work_dir=str(tmp_path / name), executor=ex,
@@ -98,7 +98,7 @@ def test_graph_built_on_workers_equals_the_local_build_and_appends_alike(dask_ex
     assert len(os.listdir(str(tmp_path / "dask" / "knn"))) == len(os.listdir(str(tmp_path / "local" / "knn")))
     # the CLI: --scheduler local builds the same graph (threads: the 2 workers, as locally with 2)
     out = str(tmp_path / "cli")
-    r = CliRunner().invoke(main, ["graph", data, "-n", "5", "-f", "embedding", "--shard-rows", "600",
+    r = CliRunner().invoke(main, ["graph", data, "-n", "5", "-f", "embedding", "--cell-rows", "600",
                                   "--scheduler", "local", "--workers", "2", "--out", out])
     assert r.exit_code == 0, r.output
     ref = streamclust.knn_graph(data, 5, **{**opts, "threads": 2})

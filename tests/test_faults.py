@@ -282,7 +282,7 @@ def test_a_dropped_sigterm_exception_still_stops_at_the_next_batch():
 
 @pytest.mark.parametrize("command,option", [
     ("fit", "--batch-size"), ("fit", "--max-epochs"), ("fit", "-k"), ("fit", "--seed"),
-    ("predict", "--batch-size"), ("graph", "--neighbors"), ("graph", "--shard-rows"),
+    ("predict", "--batch-size"), ("graph", "--neighbors"), ("graph", "--cell-rows"),
     ("graph", "--batch-size")])
 def test_an_integer_option_out_of_range_is_one_line_naming_it(blob_dir, tmp_path, command, option):
     from click.testing import CliRunner

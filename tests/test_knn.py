@@ -1,4 +1,5 @@
-"""The kNN graph against brute force (exact neighbours), shards merged, reuse, symmetrisation."""
+"""The kNN graph against brute force (exact neighbours): cells, the boundary test, merging,
+reuse, appending, symmetrisation."""
 import os
 
 import numpy as np
@@ -7,7 +8,7 @@ from click.testing import CliRunner
 
 import streamclust
 from streamclust.cli import main
-from streamclust.errors import DataError
+from streamclust.errors import DataError, ParameterError
 from streamclust.testing import make_blobs
 
 from conftest import write_parquet_dir
@@ -25,11 +26,11 @@ def _recall(ids, exact):
     return np.mean([len(set(a) & set(b)) / len(b) for a, b in zip(ids, exact)])
 
 
-@pytest.mark.parametrize("shard_rows", [10**6, 700])
-def test_graph_matches_brute_force(shard_rows):
+@pytest.mark.parametrize("opts", [{}, {"cell_rows": 250}, {"cell_rows": 250, "max_probes": 0}])
+def test_graph_matches_brute_force(opts):
     X, _ = make_blobs(n=2000, k=8, d=12, seed=3, spread=1.5)
     X = X.astype(np.float32)
-    g = streamclust.knn_graph(X, 5, shard_rows=shard_rows, batch_size=300)
+    g = streamclust.knn_graph(X, 5, batch_size=300, **opts)
     ids, dist = _exact(X, 5)
     assert g.ids.shape == (2000, 5) and g.ids.dtype == np.int64 and g.distances.dtype == np.float32
     assert (g.ids != np.arange(2000)[:, None]).all(), "a row is not its own neighbour"
@@ -77,31 +78,99 @@ def test_cli_graph(tmp_path, blobs):
     assert _recall(g.ids, _exact(X, 4)[0]) >= 0.99
 
 
-def test_appending_files_extends_the_graph_like_a_full_rebuild(tmp_path):
+@pytest.mark.parametrize("files,min_recall_old", [(10, 0.97), (3, 0.95)])
+def test_appending_files_extends_the_graph(tmp_path, files, min_recall_old):
+    """10 % more rows (and 50 %): new rows found as in a full build, old rows gain them."""
     X, _ = make_blobs(n=3000, k=6, d=8, seed=5, spread=1.0)
     X = X.astype(np.float32)
-    data = write_parquet_dir(str(tmp_path / "d"), X, files=3)
-    later = os.path.join(data, "part-002.parquet")
-    os.rename(later, str(tmp_path / "held-back.parquet"))
+    data = write_parquet_dir(str(tmp_path / "d"), X, files=files)
+    later = sorted(os.listdir(data))[-1]
+    os.rename(os.path.join(data, later), str(tmp_path / "held-back.parquet"))
     work = str(tmp_path / "w")
-    opts = dict(work_dir=work, features="embedding", min_shard_rows=500, threads=2, batch_size=256)
+    opts = dict(work_dir=work, features="embedding", cell_rows=500, threads=2, batch_size=256)
     g1 = streamclust.knn_graph(data, 5, **opts)
     n1 = len(g1.ids)
-    assert g1.status == "built" and n1 == 2000
-    os.rename(str(tmp_path / "held-back.parquet"), later)  # a new file sorts after the old ones
+    assert g1.status == "built" and n1 == 3000 - 3000 // files
+    cells = [f for f in os.listdir(os.path.join(work, "knn")) if f.endswith(".bin")]
+    os.rename(str(tmp_path / "held-back.parquet"), os.path.join(data, later))  # sorts last
     g2 = streamclust.knn_graph(data, 5, **opts)
     assert g2.status == "appended" and len(g2.ids) == 3000
-    full = streamclust.knn_graph(data, 5, **{**opts, "work_dir": str(tmp_path / "fresh")})
-    assert full.status == "built"
+    assert sorted(f for f in os.listdir(os.path.join(work, "knn")) if f.endswith(".bin")) == sorted(cells)
     exact = _exact(X, 5)[0]
-    r_app, r_full = _recall(g2.ids, exact), _recall(full.ids, exact)
-    assert r_app >= 0.99 and abs(r_app - r_full) <= 0.005, (r_app, r_full)
+    assert _recall(g2.ids[n1:], exact[n1:]) >= 0.99
+    assert _recall(g2.ids[:n1], exact[:n1]) >= min_recall_old
+    own = np.linalg.norm(X[:, None, :] - X[g2.ids], axis=2)
+    np.testing.assert_allclose(g2.distances, own, rtol=1e-4, atol=1e-4)
+    assert (np.diff(g2.distances, axis=1) >= 0).all()
     # old rows whose neighbours are now new rows were updated
-    changed = (np.asarray(g2.ids[:n1]) >= n1).any(1).mean()
-    assert changed > 0.1
+    assert (np.asarray(g2.ids[:n1]) >= n1).any(1).mean() > 0.05
     g3 = streamclust.knn_graph(data, 5, **opts)
     assert g3.status == "reused"
     np.testing.assert_array_equal(g3.ids, g2.ids)
+
+
+def test_a_cell_outgrowing_twice_its_size_rebuilds(tmp_path):
+    X, _ = make_blobs(n=3000, k=4, d=5, seed=2)
+    X = X.astype(np.float32)
+    work = str(tmp_path / "w")
+    g1 = streamclust.knn_graph(X[:1000], 4, work_dir=work, cell_rows=500, threads=1)
+    g2 = streamclust.knn_graph(X, 4, work_dir=work, cell_rows=500, threads=1)
+    assert (g1.status, g2.status) == ("built", "built")
+    assert _recall(g2.ids, _exact(X, 4)[0]) >= 0.99
+
+
+def test_boundary_test_keeps_every_cell_holding_a_true_neighbour():
+    """The halfway-hyperplane test against brute force: for every row and every cell other
+    than its own that holds one of its exact k nearest, the row is searched in that cell."""
+    from streamclust.graph.cells import assign, coarse_centres, probe_pairs
+    X, _ = make_blobs(n=1500, k=5, d=6, seed=4, spread=2.0)
+    X = X.astype(np.float32)
+    centres = coarse_centres(X, len(X), 7, seed=0)
+    own = np.empty(len(X), np.int32)
+    assign(X, 0, len(X), centres, own, 256)
+    ids, dist = _exact(X, 6)
+    pairs = probe_pairs(X, own, lambda s, e: dist[s:e, -1] * (1 + 1e-6), 0, len(X), centres, 256, 0)
+    searched = {(int(r), int(c)) for rows, cells in pairs() for r, c in zip(rows, cells)}
+    needed = {(i, int(own[j])) for i in range(len(X)) for j in ids[i] if own[j] != own[i]}
+    assert needed and needed <= searched
+    assert len(searched) < 0.5 * len(X) * (len(centres) - 1)  # the test prunes
+
+
+def test_merging_candidate_lists_matches_a_sort():
+    from streamclust.graph.cells import insert_rows
+    rng = np.random.default_rng(0)
+    n, k = 50, 6
+    ids = np.full((n, k), -1, np.int64)
+    d2 = np.full((n, k), np.inf, np.float32)
+    seen = {i: {} for i in range(n)}
+    for _ in range(4):
+        rows = np.sort(rng.choice(n, 30, replace=False))
+        c_ids = rng.integers(0, 40, (30, 5))
+        c_d2 = (c_ids * 0.5 + 1.0).astype(np.float32)  # a fixed distance per id
+        insert_rows((ids, d2), rows, (c_ids, c_d2))
+        for r, ci, cd in zip(rows, c_ids, c_d2):
+            seen[int(r)].update(zip(ci.tolist(), cd.tolist()))
+    for r in range(n):
+        best = sorted(seen[r].items(), key=lambda t: t[1])[:k]
+        got = [(int(i), float(d)) for i, d in zip(ids[r], d2[r]) if i >= 0]
+        assert got == [(i, float(np.float32(d))) for i, d in best]
+
+
+def test_the_graph_does_not_depend_on_threads_when_cell_rows_sets_the_cells():
+    X, _ = make_blobs(n=2400, k=5, d=6, seed=8)
+    X = X.astype(np.float32)
+    a = streamclust.knn_graph(X, 5, cell_rows=400, threads=1, seed=3)
+    b = streamclust.knn_graph(X, 5, cell_rows=400, threads=2, seed=3)
+    np.testing.assert_array_equal(a.ids, b.ids)
+
+
+def test_renamed_shard_options_still_work_with_a_warning():
+    X, _ = make_blobs(n=600, k=3, d=4, seed=1)
+    with pytest.warns(FutureWarning, match="now 'cell_rows'"):
+        g = streamclust.knn_graph(X, 4, shard_rows=300)
+    assert _recall(g.ids, _exact(X, 4)[0]) >= 0.99
+    with pytest.raises(ParameterError, match="unknown kNN option"):
+        streamclust.knn_graph(X, 4, cells=3)
 
 
 def test_changed_old_rows_force_a_full_rebuild(tmp_path):
@@ -115,11 +184,11 @@ def test_changed_old_rows_force_a_full_rebuild(tmp_path):
     assert _recall(g2.ids, _exact(Y, 4)[0]) >= 0.99
 
 
-def test_parallel_shards_are_deterministic_and_the_index_queries_like_brute_force():
+def test_parallel_cells_are_deterministic():
     X, _ = make_blobs(n=2400, k=5, d=6, seed=8)
     X = X.astype(np.float32)
-    a = streamclust.knn_graph(X, 5, min_shard_rows=600, threads=2, seed=3)
-    b = streamclust.knn_graph(X, 5, min_shard_rows=600, threads=2, seed=3)
+    a = streamclust.knn_graph(X, 5, min_cell_rows=600, threads=2, seed=3)
+    b = streamclust.knn_graph(X, 5, min_cell_rows=600, threads=2, seed=3)
     np.testing.assert_array_equal(a.ids, b.ids)
     assert _recall(a.ids, _exact(X, 5)[0]) >= 0.99
 
@@ -129,9 +198,9 @@ def test_knn_index_query_of_new_rows(tmp_path):
     X, _ = make_blobs(n=1500, k=5, d=6, seed=9)
     X = X.astype(np.float32)
     work = str(tmp_path / "w")
-    streamclust.knn_graph(X[:1000], 5, work_dir=work, min_shard_rows=300, threads=2)
+    streamclust.knn_graph(X[:1000], 5, work_dir=work, cell_rows=150, threads=2)
     index = load_index(os.path.join(work, "knn"))
-    assert len(index.shards) == 2 and index.n_rows == 1000
+    assert len(index.shards) == 7 and index.n_rows == 1000
     ids, dist = index.query(X[1000:], 5)
     D = ((X[1000:, None, :] - X[None, :1000, :]) ** 2).sum(2)
     exact = np.argsort(D, 1)[:, :5]

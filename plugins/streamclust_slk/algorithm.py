@@ -26,7 +26,7 @@ Choices where the paper is silent:
 * Initial modes: k-means++ seeds on a uniform sample of ``init_sample`` rows; every row goes to
   its nearest seed; a cluster's first mode is its member with the highest kernel density among
   at most ``density_sample`` of its members drawn uniformly.
-* Prediction: a new row's ρ nearest training rows (the saved hnswlib shards) each weigh 1 (the
+* Prediction: a new row's ρ nearest training rows (the saved hnswlib cells) each weigh 1 (the
   average row degree of W is ρ) in z = softmax(a + λ Σ_q z_q), with the training rows' final z.
 """
 from __future__ import annotations
@@ -378,8 +378,8 @@ class SLK(Algorithm):
 
     def load_files(self, directory: str, names: list) -> None:
         import os
-        shards = [n for n in names if n.startswith("knn_shard_")]
-        if not shards:
+        shards = [n for n in names if n.startswith("knn_shard_")]  # with knn_shard_centres.npy
+        if not any(n.endswith(".bin") for n in shards):
             raise ParameterError("SLK model without its kNN index files (knn_shard_*.bin)")
         self._index = KNNIndex.load([os.path.join(directory, n) for n in shards],
                                     self.modes_.shape[1], self.index_ef_)

@@ -1,32 +1,31 @@
-"""kNN graphs out of core with sharded hnswlib indices, built incrementally.
+"""kNN graphs out of core: rows partitioned into cells, one hnswlib index per cell.
 
-The rows of the feature cache are split into shards, one hnswlib index each.  A shard is built
-single-threaded (so it is a function of its rows and the seed) and several shards are built at
-once, one per thread: a data set gets at least as many shards as threads when it has
-``min_shard_rows`` rows per thread, and never a shard above ``shard_rows`` rows (one shard must fit
-in memory).  Each shard is then queried with every batch of rows and the per-shard answers are
-merged into the row-aligned top k, the row itself excluded; only the shards being built are in
-memory.  The graph is ``ids`` (N × k int64) and ``distances`` (N × k float32, Euclidean), nearest
-first, written to ``<work_dir>/knn/`` (temporary names, then renamed) with ``knn.json``.
+Coarse centres (k-means on a sample) split the rows into cells of about ``cell_rows`` rows (at
+least one per thread when each gets ``min_cell_rows``); a row is indexed in the cell of its
+nearest centre, searched there, and then searched in another cell only when that cell can hold
+a row nearer than its k-th neighbour so far (the halfway-hyperplane test of
+:mod:`streamclust.graph.cells`).  The work grows linearly with the rows and only the cells being
+built or searched are in memory (:mod:`streamclust.graph.build`).  The graph is ``ids`` (N × k
+int64) and ``distances`` (N × k float32, Euclidean), nearest first, written to
+``<work_dir>/knn/`` (temporary names, then renamed) with ``knn.json`` and ``centres.npy``.
 
 A later call reuses the graph when the data and settings match.  When the data set grew by rows
 appended after the indexed ones (new files sorting after the old ones; checked by a hash of the
-old rows), only the new rows are indexed: new shards are built from them, every old row is
-queried against the new shards only, every new row against all shards.  The result is the graph
-a full build with the same shard boundaries would give.
+old rows), only the new rows are indexed, in the cells of their nearest centres, and searched;
+old rows gain the new rows that found them (reverse edges).  A cell that would grow past twice
+``cell_rows`` makes it a full build.
 
-Determinism: the graph is fixed by the seed and the shard boundaries, which depend on the number
-of threads only through the rule above.
+Determinism: the graph is fixed by the seed and the number of cells, which depends on the number
+of threads only through the rule above; local and distributed builds give the same graph.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import shutil
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,16 +34,18 @@ from ..base.atomic import atomic_json, atomic_save_npy
 from ..data.cache import FeatureCache
 from ..errors import DataError, ParameterError
 from ..base.threads import n_threads
-from .tasks import (build_shard, build_shard_file, copy_old_rows, finish_rows, load_shard,
-                        merge_rows, merge_topk, query_range_file, query_shard, save_index,
-                        shard_path)
+from .build import extend_build, full_build
+from .cells import remove_scratch
+from .index import KNNIndex
+from .tasks import cell_path
 from ..data.sources import open_data
 
 KNN_DIR = "knn"
 META = "knn.json"
 #: settings that must match for a graph to be reused or extended
-_KEY = ("n_features", "k", "M", "ef_construction", "ef", "shard_rows", "min_shard_rows", "seed",
-        "threads")
+_KEY = ("n_features", "k", "M", "ef_construction", "ef", "cell_rows", "min_cell_rows", "max_probes",
+        "seed", "threads", "layout")
+_LAYOUT = "cells-1"  # graphs of the earlier sharded layout are rebuilt
 
 
 def query_ef(ef: int, k: int) -> int:
@@ -100,54 +101,6 @@ class KNNGraph:
         return cls(ids, dist, "reused")
 
 
-class KNNIndex:
-    """The sharded hnswlib index of a set of rows, queried as one: ``query(X, k)``."""
-
-    def __init__(self, shards: list, dim: int, ef: int, threads: int = -1):
-        self.shards, self.dim, self.ef, self.threads = list(shards), int(dim), int(ef), threads
-
-    @property
-    def n_rows(self) -> int:
-        return sum(s.get_current_count() for s in self.shards)
-
-    def query(self, X: np.ndarray, k: int, rows=None):
-        """``(ids, distances)`` of the ``k`` nearest indexed rows of every row of ``X`` (Euclidean,
-        nearest first).  ``rows``: global ids of the query rows when they are indexed rows
-        themselves, so that a row is not its own neighbour."""
-        X = np.ascontiguousarray(X, dtype=np.float32)
-        rows = None if rows is None else np.asarray(rows, np.int64)
-        best_i = np.zeros((len(X), 0), np.int64)
-        best_d = np.zeros((len(X), 0), np.float32)
-        for index in self.shards:
-            index.set_ef(max(self.ef, k + 1))
-            lab, d2 = query_shard(index, X, rows, k, n_threads(self.threads))
-            best_i, best_d = merge_topk(best_i, best_d, lab, d2, k)
-        return best_i, np.sqrt(np.maximum(best_d, 0))
-
-    def save(self, directory: str, prefix: str = "knn_shard") -> list:
-        """Write one file per shard into ``directory``; returns the file names."""
-        names = []
-        for i, index in enumerate(self.shards):
-            name = f"{prefix}_{i:04d}.bin"
-            index.save_index(os.path.join(directory, name))
-            names.append(name)
-        return names
-
-    @classmethod
-    def load(cls, paths: list, dim: int, ef: int, threads: int = -1) -> "KNNIndex":
-        return cls([load_shard(p, dim) for p in paths], dim, ef, threads)
-
-
-def plan_shards(start: int, stop: int, shard_rows: int, threads: int, min_shard_rows: int):
-    """Equal consecutive ranges covering ``[start, stop)`` (see the module docstring)."""
-    n = stop - start
-    if n <= 0:
-        return []
-    count = max(math.ceil(n / shard_rows), min(threads, max(1, n // min_shard_rows)))
-    edges = np.linspace(start, stop, count + 1).round().astype(np.int64)
-    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]) if b > a]
-
-
 def rows_hash(X, stop: int, batch_size: int = 65536) -> str:
     h = hashlib.blake2b(digest_size=16)
     for s in range(0, stop, batch_size):
@@ -163,87 +116,49 @@ def _read_meta(path):
         return None
 
 
-def _build_local(cache, directory, settings, old, shards_old, ranges, ids, dist, nt, batch_size,
-                 progress):
-    """Shard-major: build ``nt`` shards at once (one per thread), query every row against them;
-    only those shards are in memory."""
-    n, k, dim, q_ef = cache.n_rows, settings["k"], settings["n_features"], settings["ef"]
-    n_old = old["n_rows"] if old else 0
-    if old:
-        g = KNNGraph.load(directory)
-        copy_old_rows(ids, dist, g.ids, g.distances, 0, n_old, batch_size)
-        del g
-        for j in range(len(shards_old)):  # the new rows against every old shard
-            index = load_shard(shard_path(directory, j), dim)
-            index.set_ef(q_ef)
-            merge_rows(index, cache.X, ids, dist, n_old, n, k, nt, batch_size, progress)
-            del index
-    with ThreadPoolExecutor(max_workers=nt) as pool:
-        for g0 in range(0, len(ranges), nt):
-            group = ranges[g0:g0 + nt]
-            built = list(pool.map(lambda r: build_shard(cache.X, r[0], r[1], settings, batch_size,
-                                                        progress), group))
-            for j, index in enumerate(built):
-                save_index(index, shard_path(directory, len(shards_old) + g0 + j))
-                index.set_ef(q_ef)
-                merge_rows(index, cache.X, ids, dist, 0, n, k, nt, batch_size, progress)
-            del built
-    finish_rows(dist, 0, n, batch_size)
-    ids.flush()
-    dist.flush()
-
-
-def _build_distributed(executor, cache, directory, settings, old, shards_old, ranges, out,
-                       batch_size, progress):
-    """One task per new shard (built on a worker, written to the work directory), then one task
-    per range of rows querying every shard in turn: the same graph as the local build."""
-    n = cache.n_rows
-    source = (cache.X.filename, n, cache.n_features)
-    first = len(shards_old)
-    executor.map(build_shard_file,
-                 [(source, a, b, settings, batch_size, shard_path(directory, first + j))
-                  for j, (a, b) in enumerate(ranges)],
-                 sizes=[b - a for a, b in ranges], progress=progress)
-    n_old = old["n_rows"] if old else 0
-    shards = [(shard_path(directory, j), n_old) for j in range(first)]
-    shards += [(shard_path(directory, first + j), 0) for j in range(len(ranges))]
-    prev = None
-    if old:
-        prev = tuple(os.path.join(directory, f"graph_{name}.npy") for name in ("ids", "distances"))
-        prev += (n_old,)
-    parts = max(1, executor.parallelism())
-    edges = np.linspace(0, n, parts + 1).round().astype(np.int64)
-    rows = [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]) if b > a]
-    executor.map(query_range_file,
-                 [(source, out, prev, shards, a, b, settings, batch_size, None) for a, b in rows],
-                 sizes=[b - a for a, b in rows], progress=progress)
-
-
-def build_graph(cache: FeatureCache, n_neighbors: int, directory: str, *, shard_rows: int = 2_000_000,
-                M: int = 16, ef_construction: int = 100, ef: int = 0, seed: int = 0,
-                threads: int = -1, min_shard_rows: int = 10_000, batch_size: int = 65536,
-                progress=None, executor=None) -> KNNGraph:
-    """The graph of the cached rows (see the module docstring): reused, extended or built.
-
-    ``executor``: with a distributed one (:class:`~streamclust.run.dask_executor.DaskExecutor`) the
-    shards are built and queried as tasks on its workers, which must reach ``directory`` and the
-    feature cache; ``threads`` (the shard count rule) then defaults to the workers' total."""
+def _settings(cache, n_neighbors, options, executor):
     n, dim = cache.n_rows, cache.n_features
     if isinstance(n_neighbors, bool) or int(n_neighbors) < 1:
         raise ParameterError(f"n_neighbors must be >= 1, got {n_neighbors!r}")
     k = int(n_neighbors)
-    for name, v, low in (("shard_rows", shard_rows, 1), ("M", M, 2),
-                         ("ef_construction", ef_construction, 1), ("min_shard_rows", min_shard_rows, 1)):
-        if isinstance(v, bool) or int(v) < low:
-            raise ParameterError(f"{name} must be >= {low}, got {v!r}")
+    for old, new in (("shard_rows", "cell_rows"), ("min_shard_rows", "min_cell_rows")):
+        if old in options:  # the settings of the sharded layout, renamed
+            warnings.warn(f"kNN option {old!r} is now {new!r}", FutureWarning, stacklevel=4)
+            options.setdefault(new, options.pop(old))
+    o = dict(cell_rows=50_000, M=16, ef_construction=100, ef=0, seed=0, threads=-1,
+             min_cell_rows=10_000, max_probes=2)
+    unknown = set(options) - set(o)
+    if unknown:
+        raise ParameterError(f"unknown kNN option(s) {sorted(unknown)}; known: {sorted(o)}")
+    o.update(options)
+    for name, low in (("cell_rows", 1), ("M", 2), ("ef_construction", 1), ("min_cell_rows", 1),
+                      ("max_probes", 0), ("ef", 0)):
+        v = o[name]
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
+            raise ParameterError(f"{name} must be an integer >= {low}, got {v!r}")
     if k >= n:
         raise DataError(f"{n} rows: cannot find {k} neighbours per row (need at least k + 1 rows)")
+    threads = o["threads"]
     if getattr(executor, "distributed", False) and not (threads and threads > 0):
         threads = executor.parallelism()
-    nt = n_threads(threads)
-    settings = {"n_features": dim, "k": k, "M": int(M), "ef_construction": int(ef_construction),
-                "ef": query_ef(ef, k), "shard_rows": int(shard_rows),
-                "min_shard_rows": int(min_shard_rows), "seed": int(seed), "threads": nt}
+    return {"n_features": dim, "k": k, "M": int(o["M"]), "ef_construction": int(o["ef_construction"]),
+            "ef": query_ef(o["ef"], k), "cell_rows": int(o["cell_rows"]),
+            "min_cell_rows": int(o["min_cell_rows"]), "max_probes": int(o["max_probes"]),
+            "seed": int(o["seed"]), "threads": n_threads(threads), "layout": _LAYOUT}
+
+
+def build_graph(cache: FeatureCache, n_neighbors: int, directory: str, *, batch_size: int = 65536,
+                progress=None, executor=None, **options) -> KNNGraph:
+    """The graph of the cached rows (see the module docstring): reused, extended or built.
+
+    ``options``: ``cell_rows`` (50 000), ``min_cell_rows`` (10 000), ``max_probes`` (2: the other
+    cells a row is searched in at most, nearest boundaries first; 0: every cell the test keeps), ``M`` (16), ``ef_construction`` (100), ``ef`` (0:
+    max(24, 2k + 2)), ``seed``, ``threads``.  ``executor``: with a distributed one
+    (:class:`~streamclust.run.dask_executor.DaskExecutor`) the cells are built and searched as
+    tasks on its workers, which must reach ``directory`` and the feature cache; ``threads`` (the
+    cell count rule) then defaults to the workers' total."""
+    settings = _settings(cache, n_neighbors, dict(options), executor)
+    n = cache.n_rows
     meta_path = os.path.join(directory, META)
     old = _read_meta(meta_path)
     fingerprint = cache.identity  # the source and how its rows were cached (scaling, transform)
@@ -257,33 +172,30 @@ def build_graph(cache: FeatureCache, n_neighbors: int, directory: str, *, shard_
     os.makedirs(directory, exist_ok=True)
     if os.path.exists(meta_path):  # the old graph is invalid until the new one is complete
         os.remove(meta_path)
-    if not old:  # a full build: shard files of an earlier build are stale
-        for name in os.listdir(directory):
-            if name.startswith("shard_") and name.endswith(".bin"):
-                os.remove(os.path.join(directory, name))
-    n_old = old["n_rows"] if old else 0
-    shards_old = [tuple(s) for s in old["shards"]] if old else []
-    ranges = plan_shards(n_old, n, shard_rows, nt, min_shard_rows)
     out = [os.path.join(directory, f"graph_{name}.tmp.npy") for name in ("ids", "distances")]
-    ids = np.lib.format.open_memmap(out[0], "w+", np.int64, (n, k))
-    dist = np.lib.format.open_memmap(out[1], "w+", np.float32, (n, k))
-    ids[:] = -1
-    dist[:] = np.inf
-    if getattr(executor, "distributed", False):
-        ids.flush()
-        dist.flush()
-        del ids, dist
-        _build_distributed(executor, cache, directory, settings, old, shards_old, ranges, out,
-                           batch_size, progress)
-    else:
-        _build_local(cache, directory, settings, old, shards_old, ranges, ids, dist, nt,
-                     batch_size, progress)
-        del ids, dist
+    ctx = {"X": cache.X, "n": n, "directory": directory, "settings": settings,
+           "source": (cache.X.filename, n, cache.n_features), "executor": executor,
+           "nt": settings["threads"], "batch_size": batch_size, "progress": progress,
+           "max_probes": settings["max_probes"]}
+    counts = None
+    if old:
+        ctx["centres"] = np.load(os.path.join(directory, "centres.npy"), allow_pickle=False)
+        g = KNNGraph.load(directory)
+        counts = extend_build(ctx, out, (g.ids, g.distances), old["n_rows"], old["cells"])
+        del g
+    if counts is None:
+        old = None
+        for name in os.listdir(directory):  # a full build: cells of an earlier build are stale
+            if name.endswith(".bin"):
+                os.remove(os.path.join(directory, name))
+        centres, counts = full_build(ctx, out)
+        atomic_save_npy(os.path.join(directory, "centres.npy"), centres)
+    remove_scratch(directory, "scratch_")
     for name in ("ids", "distances"):
         os.replace(os.path.join(directory, f"graph_{name}.tmp.npy"),
                    os.path.join(directory, f"graph_{name}.npy"))
     meta = dict(settings, n_rows=n, cache=fingerprint, rows_hash=rows_hash(cache.X, n, batch_size),
-                shards=[list(r) for r in shards_old + ranges])
+                cells=[int(c) for c in counts], probes=ctx.get("probed", 0))
     atomic_json(meta_path, meta)
     graph = KNNGraph.load(directory)
     graph.status = "appended" if old else "built"
@@ -291,12 +203,15 @@ def build_graph(cache: FeatureCache, n_neighbors: int, directory: str, *, shard_
 
 
 def load_index(directory: str, threads: int = -1) -> KNNIndex:
-    """The shards of the graph in ``directory`` as one queryable :class:`KNNIndex`."""
+    """The cells of the graph in ``directory`` as one queryable :class:`KNNIndex`, in memory (the
+    work directory may go; a model's saved index reads its cells on demand instead)."""
     meta = _read_meta(os.path.join(directory, META))
-    if meta is None:
-        raise DataError(f"{directory}: no kNN index here ({META} missing or unreadable)")
-    paths = [shard_path(directory, j) for j in range(len(meta["shards"]))]
-    return KNNIndex.load(paths, meta["n_features"], meta["ef"], threads)
+    if meta is None or "cells" not in meta:
+        raise DataError(f"{directory}: no kNN index here ({META} missing, unreadable or of an "
+                        "older layout)")
+    paths = [cell_path(directory, j) for j in range(len(meta["cells"]))]
+    centres = np.load(os.path.join(directory, "centres.npy"), allow_pickle=False)
+    return KNNIndex.load(paths, meta["n_features"], meta["ef"], threads, centres, lazy=False)
 
 
 def knn_graph(data, n_neighbors: int = 5, *, features=None, exclude=None, work_dir: str | None = None,
@@ -306,8 +221,7 @@ def knn_graph(data, n_neighbors: int = 5, *, features=None, exclude=None, work_d
 
     ``work_dir`` keeps the feature cache, the hnswlib shards and the graph for reuse and for
     appending rows later; without it they live in a temporary directory and the returned arrays
-    are in memory.  ``options``: ``shard_rows``, ``min_shard_rows``, ``M``, ``ef_construction``,
-    ``ef``, ``seed``, ``threads``, ``progress``.  ``features`` / ``exclude`` / ``scale``: as in
+    are in memory.  ``options``: those of :func:`build_graph` and ``progress``.  ``features`` / ``exclude`` / ``scale``: as in
     :func:`streamclust.fit`.
     """
     from ..base.workdir import WorkDirLock

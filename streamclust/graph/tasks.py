@@ -1,13 +1,14 @@
-"""The steps of a kNN graph build, as plain functions of files and row ranges so that an
-executor can run them anywhere the work directory is reachable: build one hnswlib shard, and
-query a range of rows against the shards, merging into the row-aligned top k."""
+"""The steps of a kNN graph build, as plain functions of files so that an executor can run them
+anywhere the work directory is reachable: build (or extend) one cell's hnswlib index and search
+its own rows in it, and search rows of other cells in it.  Each writes its answers, the ``kq``
+nearest per searched row (ids, squared distances), to result files that the caller merges."""
 from __future__ import annotations
 
 import os
 
 import numpy as np
 
-from ..base.atomic import atomic_path
+from ..base.atomic import atomic_path, atomic_save_npy
 from ..errors import DataError
 
 
@@ -17,23 +18,18 @@ def open_rows(source):
     return np.memmap(path, dtype=np.float32, mode="r", shape=(int(n), int(d)))
 
 
-def shard_path(directory: str, j: int) -> str:
-    return os.path.join(directory, f"shard_{j:04d}.bin")
+def cell_path(directory: str, c: int) -> str:
+    return os.path.join(directory, f"cell_{c:05d}.bin")
 
 
-def build_shard(X, start, stop, settings, batch_size, progress=None):
-    """One hnswlib index of the rows ``[start, stop)``, built single-threaded (a function of the
-    rows and the seed only)."""
-    import hnswlib
-    index = hnswlib.Index(space="l2", dim=X.shape[1])
-    index.init_index(max_elements=stop - start, ef_construction=settings["ef_construction"],
-                     M=settings["M"], random_seed=settings["seed"])
-    for b in range(start, stop, batch_size):
-        e = min(stop, b + batch_size)
-        index.add_items(np.asarray(X[b:e]), np.arange(b, e), num_threads=1)
-        if progress:
-            progress(e - b)
-    return index
+def result_paths(directory: str, tag: str, c: int):
+    base = os.path.join(directory, f"scratch_{tag}_{c:05d}")
+    return base + ".ids.npy", base + ".d2.npy"
+
+
+def _rows(lists):
+    path, lo, hi = lists
+    return np.array(np.load(path, mmap_mode="r")[lo:hi])
 
 
 def save_index(index, path: str) -> None:
@@ -41,86 +37,84 @@ def save_index(index, path: str) -> None:
         index.save_index(tmp)
 
 
-def build_shard_file(source, start, stop, settings, batch_size, path) -> int:
-    """Task: build the shard of rows ``[start, stop)`` and write it to ``path``."""
-    save_index(build_shard(open_rows(source), start, stop, settings, batch_size), path)
-    return stop - start
-
-
-def load_shard(path: str, dim: int):
+def load_cell(path: str, dim: int, max_elements: int = 0):
     import hnswlib
     index = hnswlib.Index(space="l2", dim=int(dim))
     try:
-        index.load_index(path)
+        index.load_index(path, max_elements=int(max_elements))
     except Exception as e:  # noqa: BLE001 - hnswlib raises RuntimeError on bad files
         raise DataError(f"{path}: cannot load the hnswlib index ({e})") from None
     return index
 
 
-def merge_topk(best_ids, best_d, new_ids, new_d, k):
-    """The ``k`` smallest of two candidate lists per row (stable: earlier candidates win ties)."""
-    ids = np.concatenate([best_ids, new_ids], axis=1)
-    d = np.concatenate([best_d, new_d], axis=1)
-    order = np.argsort(d, axis=1, kind="stable")[:, :k]
-    return np.take_along_axis(ids, order, 1), np.take_along_axis(d, order, 1)
-
-
-def query_shard(index, X, rows, k, threads):
-    """Top ``k`` of one shard for the rows ``X`` (global ids ``rows``, or None: not indexed rows),
-    squared distances, the row itself removed."""
+def search(index, Xq, rows, k: int, threads: int, ef: int):
+    """The ``k`` nearest indexed rows of each row of ``Xq`` (global ids ``rows``: a row is not
+    its own neighbour), squared distances, nearest first; -1 / inf where the index is short."""
     kk = min(k + 1, index.get_current_count())
-    lab, d2 = index.knn_query(X, k=kk, num_threads=threads)
+    index.set_ef(max(ef, 2 * kk))
+    lab, d2 = index.knn_query(np.ascontiguousarray(Xq, dtype=np.float32), k=kk, num_threads=threads)
     lab = lab.astype(np.int64)
     d2 = d2.astype(np.float32)
-    if rows is not None:
-        d2 = np.where(lab == rows[:, None], np.float32(np.inf), d2)
+    own = lab == np.asarray(rows, np.int64)[:, None]
+    d2[own] = np.inf
+    lab[own] = -1
+    order = np.argsort(d2, axis=1, kind="stable")[:, :k]
+    lab, d2 = np.take_along_axis(lab, order, 1), np.take_along_axis(d2, order, 1)
+    if lab.shape[1] < k:
+        pad = k - lab.shape[1]
+        lab = np.pad(lab, ((0, 0), (0, pad)), constant_values=-1)
+        d2 = np.pad(d2, ((0, 0), (0, pad)), constant_values=np.inf)
     return lab, d2
 
 
-def merge_rows(index, X, ids, dist, start, stop, k, threads, batch_size, progress=None):
-    """Query rows ``[start, stop)`` against one shard and merge into ``ids``/``dist`` (squared)."""
-    for s in range(start, stop, batch_size):
-        e = min(stop, s + batch_size)
-        lab, d2 = query_shard(index, np.asarray(X[s:e]), np.arange(s, e), k, threads)
-        ids[s:e], dist[s:e] = merge_topk(np.asarray(ids[s:e]), np.asarray(dist[s:e]), lab, d2, k)
+def _search_rows(index, X, rows, kq, ef, batch_size, threads):
+    ids = np.empty((len(rows), kq), np.int64)
+    d2 = np.empty((len(rows), kq), np.float32)
+    for s in range(0, len(rows), batch_size):
+        r = rows[s:s + batch_size]
+        ids[s:s + len(r)], d2[s:s + len(r)] = search(index, X[r], r, kq, threads, ef)
+    return ids, d2
+
+
+def build_cell(source, directory, c, lists, settings, batch_size, kq, extend=False, progress=None):
+    """Task: cell ``c``'s index from its rows (``lists``: the bucket file and the range of it
+    holding them; with ``extend`` they are added to the cell's saved index), built
+    single-threaded so that it is a function of the rows and the seed; then those rows
+    searched in it.  Writes ``cell_c.bin`` and the ``own`` result files; returns the rows."""
+    import hnswlib
+    X, rows = open_rows(source), _rows(lists)
+    path = cell_path(directory, c)
+    if extend and os.path.exists(path):
+        index = load_cell(path, X.shape[1])
+        index.resize_index(index.get_current_count() + len(rows))
+    else:
+        index = hnswlib.Index(space="l2", dim=X.shape[1])
+        index.init_index(max_elements=max(len(rows), 1), ef_construction=settings["ef_construction"],
+                         M=settings["M"], random_seed=settings["seed"])
+    for s in range(0, len(rows), batch_size):
+        r = rows[s:s + batch_size]
+        index.add_items(np.asarray(X[r]), r, num_threads=1)
         if progress:
-            progress(e - s)
+            progress(len(r))
+    save_index(index, path)
+    ids, d2 = _search_rows(index, X, rows, kq, settings["ef"], batch_size, 1)
+    for p, a in zip(result_paths(directory, "own", c), (ids, d2)):
+        atomic_save_npy(p, a)
+    return len(rows)
 
 
-def copy_old_rows(ids, dist, old_ids, old_dist, start, stop, batch_size):
-    """Rows ``[start, stop)`` of the graph being extended as the starting lists (squared
-    distances while merging)."""
-    for s in range(start, stop, batch_size):
-        e = min(stop, s + batch_size)
-        ids[s:e], dist[s:e] = old_ids[s:e], np.square(old_dist[s:e])
+def search_cell(source, directory, c, lists, settings, batch_size, kq, progress=None):
+    """Task: rows of other cells (``lists``) searched in cell ``c``'s saved index; writes the
+    ``probe`` result files; returns the rows."""
+    X, rows = open_rows(source), _rows(lists)
+    index = load_cell(cell_path(directory, c), X.shape[1])
+    ids, d2 = _search_rows(index, X, rows, kq, settings["ef"], batch_size, 1)
+    for p, a in zip(result_paths(directory, "probe", c), (ids, d2)):
+        atomic_save_npy(p, a)
+    if progress:
+        progress(len(rows))
+    return len(rows)
 
 
-def finish_rows(dist, start, stop, batch_size):
-    """Squared distances of rows ``[start, stop)`` back to distances."""
-    for s in range(start, stop, batch_size):
-        e = min(stop, s + batch_size)
-        dist[s:e] = np.sqrt(np.maximum(dist[s:e], 0))
-
-
-def query_range_file(source, out, old, shards, start, stop, settings, batch_size, threads) -> int:
-    """Task: the final graph rows ``[start, stop)``, written into the ``out`` (ids, distances)
-    ``.npy`` files.  ``old``: ``(ids, distances, n_old)`` files of the graph being extended, or
-    None; ``shards``: ``(path, first_row)`` in order, each queried by the rows ``>= first_row``."""
-    if threads is None:  # as many as numba may use in this thread (an executor's share)
-        import numba
-        threads = numba.get_num_threads()
-    X = open_rows(source)
-    ids, dist = (np.load(p, mmap_mode="r+") for p in out)
-    k, ef = settings["k"], settings["ef"]
-    if old is not None:
-        o_ids, o_dist = (np.load(p, mmap_mode="r") for p in old[:2])
-        copy_old_rows(ids, dist, o_ids, o_dist, start, min(stop, old[2]), batch_size)
-    for path, first in shards:
-        index = load_shard(path, settings["n_features"])
-        index.set_ef(ef)
-        merge_rows(index, X, ids, dist, max(start, first), stop, k, threads, batch_size)
-        del index
-    finish_rows(dist, start, stop, batch_size)
-    ids.flush()
-    dist.flush()
-    return stop - start
+def read_result(directory, tag, c):
+    return tuple(np.load(p) for p in result_paths(directory, tag, c))

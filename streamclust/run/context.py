@@ -27,7 +27,7 @@ class Context:
     * ``column(name)`` / ``column_values(name)`` / ``column_size(name)``: a declared extra
       column as row-aligned int64 codes (-1: null), the distinct values the codes stand for,
       and how many there are;
-    * ``knn`` / ``knn_index()``: the kNN graph and its sharded hnswlib index, when the algorithm
+    * ``knn`` / ``knn_index()``: the kNN graph and its hnswlib index by cells, when the algorithm
       declared ``Requirements.knn``;
     * ``rng(*stream)``: a NumPy generator fixed by the run's seed and the stream key;
     * ``passes``: the passes over the data run so far (both kinds, summaries included).
@@ -53,7 +53,7 @@ class Context:
         self.knn = knn
 
     def knn_index(self):
-        """The graph's hnswlib shards as one :class:`streamclust.toolkit.KNNIndex` (in memory)."""
+        """The graph's hnswlib cells as one :class:`streamclust.toolkit.KNNIndex` (in memory)."""
         if self.knn is None:
             raise RuntimeError("no kNN graph: declare Requirements(knn=k) to have one built")
         from ..graph.knn import KNN_DIR, load_index

@@ -128,7 +128,7 @@ def test_tampered_index_file_is_refused(tmp_path):
     X, _ = _moons(400, seed=6)
     m = streamclust.fit(X, "slk", 2, normalize=False, progress=False)
     path = m.save(str(tmp_path / "model"))
-    shard = [f for f in os.listdir(path) if f.startswith("knn_shard_")][0]
+    shard = sorted(f for f in os.listdir(path) if f.startswith("knn_shard_") and f.endswith(".bin"))[0]
     with open(os.path.join(path, shard), "r+b") as f:
         f.seek(100)
         f.write(b"\x00\x01\x02")

@@ -1,0 +1,234 @@
+"""The kNN graph at millions of rows: seconds, recall@k and peak anonymous memory of
+``streamclust graph`` on the deformed digits of ``make_digits.py`` at each size, beside one
+in-memory hnswlib index over all rows (same M / ef_construction / ef, both cores) and
+pynndescent (``n_jobs=2``) at the first size, in the same run.  Then appending 10 % more rows
+to the first size's graph against a full build of all of them.
+
+Recall@k: the share of found neighbours at most as far as the k-th exact neighbour (ties count),
+over ``--sample`` rows whose exact neighbours are found by brute force over all rows.  Memory:
+``RssAnon`` of the process, polled every 20 ms (pages of memory-mapped files do not count).
+
+    python benchmarks/bench_scale.py --data /tmp/digits [--sizes 1000000,4000000,8000000]
+        [--k 10] [--sample 2000] [--peers hnswlib,pynndescent] [--append 0.1] [--dask]
+
+``--data`` holds the Parquet files of ``make_digits.py`` (500 000 rows each); missing ones are
+generated.  Each size reads the first files that hold it.
+"""
+import argparse
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import table  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FILE_ROWS = 500_000
+
+
+def status_kb(pid, key):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def run(cmd):
+    """(seconds, peak RssAnon MiB) of a command; fails loudly."""
+    t = time.perf_counter()
+    p = subprocess.Popen(cmd)
+    peak = 0
+    while p.poll() is None:
+        try:
+            peak = max(peak, status_kb(p.pid, "RssAnon"))
+        except (FileNotFoundError, ProcessLookupError):
+            break
+        time.sleep(0.02)
+    if p.wait() != 0:
+        raise SystemExit(f"failed: {' '.join(cmd)}")
+    return time.perf_counter() - t, peak / 1024
+
+
+def exact_sample(X, rows, k, chunk=16384):
+    """Exact k nearest other rows of ``rows`` (ids, distances) by brute force over ``X``: BLAS
+    distances pick candidates (at most the current k-th, with slack), float64 decides."""
+    Q = np.asarray(X[rows], dtype=np.float32)
+    q64 = Q.astype(np.float64)
+    m = len(rows)
+    best_i = np.zeros((m, 0), np.int64)
+    best_d = np.zeros((m, 0))
+    for s in range(0, len(X), chunk):
+        B = np.asarray(X[s:s + chunk], dtype=np.float32)
+        D = (Q * Q).sum(1)[:, None] + (B * B).sum(1)[None, :] - 2 * (Q @ B.T)
+        D[rows[:, None] == np.arange(s, s + len(B))[None, :]] = np.inf
+        if best_d.shape[1] < k:  # the first chunk: its k + 8 nearest
+            top = np.argpartition(D, min(k + 8, D.shape[1] - 1), axis=1)[:, :k + 8]
+            qi, bi = np.repeat(np.arange(m), top.shape[1]), top.ravel()
+        else:
+            qi, bi = np.nonzero(D <= (best_d[:, -1:] * 1.001 + 1e-3))
+        bi = bi + s
+        d = ((q64[qi] - np.asarray(X[bi], dtype=np.float64)) ** 2).sum(1)
+        qi = np.concatenate([np.repeat(np.arange(m), best_i.shape[1]), qi])
+        bi = np.concatenate([best_i.ravel(), bi])
+        d = np.concatenate([best_d.ravel(), d])
+        order = np.lexsort((bi, d, qi))
+        qi, bi, d = qi[order], bi[order], d[order]
+        first = np.searchsorted(qi, np.arange(m))
+        rank = np.arange(len(qi)) - first[qi]
+        keep = rank < k
+        best_i = bi[keep].reshape(m, k)
+        best_d = d[keep].reshape(m, k)
+    return best_i, np.sqrt(best_d)
+
+
+def recall(X, rows, ids, exact_d):
+    Q = np.asarray(X[rows], dtype=np.float64)
+    found = np.asarray(X[np.asarray(ids).ravel()], dtype=np.float64).reshape(len(rows), -1, X.shape[1])
+    d = np.linalg.norm(Q[:, None, :] - found, axis=2)
+    return float((d <= exact_d[:, -1:] * (1 + 1e-6) + 1e-9).mean())
+
+
+def ensure_data(path, rows):
+    files = sorted(glob.glob(os.path.join(path, "*.parquet")))
+    if len(files) * FILE_ROWS < rows:
+        subprocess.run([sys.executable, os.path.join(HERE, "make_digits.py"), str(rows), path],
+                       check=True)
+        files = sorted(glob.glob(os.path.join(path, "*.parquet")))
+    return files
+
+
+def size_dir(root, files, rows, tail=0):
+    """A directory of the first ``rows + tail`` rows: links to whole files, and the first rows
+    of the next file written out."""
+    d = os.path.join(root, f"rows-{rows}-{tail}")
+    os.makedirs(d)
+    whole, rest = divmod(rows + tail, FILE_ROWS)
+    for f in files[:whole]:
+        os.symlink(os.path.abspath(f), os.path.join(d, os.path.basename(f)))
+    if rest:
+        import pyarrow.parquet as pq
+        t = pq.read_table(files[whole]).slice(0, rest)
+        pq.write_table(t, os.path.join(d, os.path.basename(files[whole])))
+    return d
+
+
+def features(work):
+    meta = json.load(open(os.path.join(work, "knn", "knn.json")))
+    n, d = meta["n_rows"], meta["n_features"]
+    return np.memmap(os.path.join(work, "features.f32"), dtype=np.float32, mode="r", shape=(n, d))
+
+
+def graph_cmd(data, work, k, extra=()):
+    return [sys.executable, "-m", "streamclust.cli", "graph", data, "-n", str(k), "-f", "x",
+            "--out", work, *extra]
+
+
+def peer(name, features_path, n, d, k, out):
+    """Run in a child process: one peer's graph of the rows, ids saved to ``out``."""
+    X = np.array(np.memmap(features_path, dtype=np.float32, mode="r", shape=(n, d)))
+    if name == "hnswlib":
+        import hnswlib
+        index = hnswlib.Index(space="l2", dim=d)
+        index.init_index(max_elements=n, ef_construction=100, M=16, random_seed=0)
+        index.add_items(X, np.arange(n), num_threads=2)
+        index.set_ef(max(24, 2 * k + 2))
+        ids, _ = index.knn_query(X, k=k + 1, num_threads=2)
+    else:
+        from pynndescent import NNDescent
+        ids = NNDescent(X, n_neighbors=k + 1, n_jobs=2, random_state=0).neighbor_graph[0]
+    ids = ids.astype(np.int64)
+    own = ids == np.arange(n)[:, None]
+    drop = np.where(own.any(1), own.argmax(1), k)  # the row itself, else the last
+    keep = np.ones_like(ids, bool)
+    keep[np.arange(n), drop] = False
+    np.save(out, ids[keep].reshape(n, k))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--sizes", default="1000000,4000000,8000000")
+    ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--sample", type=int, default=2000)
+    ap.add_argument("--peers", default="hnswlib,pynndescent")
+    ap.add_argument("--append", type=float, default=0.1)
+    ap.add_argument("--dask", action="store_true", help="also build the first size on 2 local "
+                    "Dask workers and compare with the local graph")
+    ap.add_argument("--peer", nargs=6, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.peer:
+        name, path, n, d, k, out = a.peer
+        return peer(name, path, int(n), int(d), int(k), out)
+    sizes = [int(s) for s in a.sizes.split(",")]
+    files = ensure_data(a.data, max(max(sizes), sizes[0] + int(sizes[0] * a.append)))
+    root = tempfile.mkdtemp(prefix="bench-scale-", dir=os.path.dirname(os.path.abspath(a.data)))
+    rows, first = [], None
+    try:
+        for n in sizes:
+            data, work = size_dir(root, files, n), os.path.join(root, f"work-{n}")
+            sec, mib = run(graph_cmd(data, work, a.k))
+            X = features(work)
+            sample = np.sort(np.random.default_rng(0).choice(n, a.sample, replace=False))
+            _, exact_d = exact_sample(X, sample, a.k)
+            ids = np.load(os.path.join(work, "knn", "graph_ids.npy"), mmap_mode="r")
+            meta = json.load(open(os.path.join(work, "knn", "knn.json")))
+            rows.append(["streamclust", n, f"{sec:.1f}", f"{recall(X, sample, ids[sample], exact_d):.4f}",
+                         f"{mib:.0f}", f"{len(meta['cells'])} cells, {meta['probes'] / n:.2f} probes/row"])
+            print(*rows[-1], flush=True)
+            if first is None:
+                first = (n, data, work, sec, sample, exact_d)
+            else:
+                shutil.rmtree(work)
+        n, data, work, sec0, sample, exact_d = first
+        X = features(work)
+        for name in [p for p in a.peers.split(",") if p]:
+            out = os.path.join(root, f"{name}.npy")
+            sec, mib = run([sys.executable, __file__, "--data", a.data, "--peer", name,
+                            os.path.join(work, "features.f32"), str(n), str(X.shape[1]), str(a.k), out])
+            ids = np.load(out, mmap_mode="r")
+            rows.append([name, n, f"{sec:.1f}", f"{recall(X, sample, ids[sample], exact_d):.4f}",
+                         f"{mib:.0f}", f"streamclust / {name}: {sec0 / sec:.2f}× the time"])
+            print(*rows[-1], flush=True)
+        if a.dask:
+            dwork = os.path.join(root, "work-dask")
+            sec, mib = run(graph_cmd(data, dwork, a.k, ["--scheduler", "local", "--workers", "2"]))
+            same = np.array_equal(np.load(os.path.join(dwork, "knn", "graph_ids.npy")),
+                                  np.load(os.path.join(work, "knn", "graph_ids.npy")))
+            rows.append(["streamclust, Dask 2 workers", n, f"{sec:.1f}", "", f"{mib:.0f} (client)",
+                         "the local graph" if same else "differs from the local graph"])
+            print(*rows[-1], flush=True)
+        if a.append:
+            tail = int(n * a.append)
+            grown = size_dir(root, files, n, tail)
+            sec_a, _ = run(graph_cmd(grown, work, a.k))  # the first size's work dir: appended
+            fwork = os.path.join(root, "work-full")
+            sec_f, _ = run(graph_cmd(grown, fwork, a.k))
+            Xg = features(work)
+            rng = np.random.default_rng(1)
+            old = np.sort(rng.choice(n, a.sample // 2, replace=False))
+            new = np.sort(rng.choice(np.arange(n, n + tail), a.sample // 2, replace=False))
+            for label, w, s in (("append", work, sec_a), ("full build", fwork, sec_f)):
+                ids = np.load(os.path.join(w, "knn", "graph_ids.npy"), mmap_mode="r")
+                status = json.load(open(os.path.join(w, "knn", "knn.json")))
+                r = [recall(Xg, q, ids[q], exact_sample(Xg, q, a.k)[1]) for q in (old, new)]
+                rows.append([f"{label} +{a.append:.0%}", n + tail, f"{s:.1f}",
+                             f"old {r[0]:.4f} / new {r[1]:.4f}", "",
+                             f"{s / sec_f:.2f}× the full build" if label == "append"
+                             else f"{len(status['cells'])} cells"])
+                print(*rows[-1], flush=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print()
+    table(rows, ["graph", "rows", "seconds", f"recall@{a.k}", "peak RssAnon MiB", "note"])
+
+
+if __name__ == "__main__":
+    main()

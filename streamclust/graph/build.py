@@ -1,0 +1,158 @@
+"""The two builds of a kNN graph over cells: a full one, and the extension by appended rows.
+
+Full build: coarse centres from a sample, every row assigned to its nearest centre (one pass),
+then one task per cell builds the cell's index and searches its rows in it; a pass over the
+rows plans which rows must also search which other cells (:mod:`.cells`), one task per cell
+searches them, and the answers are merged into the row-aligned lists in cell order.  Tasks run
+in a thread pool (one cell per thread, each single-threaded) or on a distributed executor's
+workers; either way the graph is the same.
+
+Extension: the new rows are assigned to the existing centres and added to their cells' indices;
+they are searched as in a full build, with ``2k`` neighbours kept; each old row takes the new
+rows that found it and are nearer than its k-th (reverse edges).  Old rows are not searched
+again, so the work follows the new rows.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from .cells import (assign, assigned_pairs, bucket, coarse_centres, count_pairs, insert_rows,
+                    join_new, n_cells, probe_pairs, reverse_edges)
+from .tasks import build_cell, read_result, search_cell
+
+log = logging.getLogger("streamclust")
+
+
+def _run(executor, nt, fn, items, sizes, progress):
+    """``fn(*item)`` for every item: on the distributed executor's workers, else ``nt`` at once in
+    threads (each passing progress itself)."""
+    if getattr(executor, "distributed", False):
+        executor.map(fn, items, sizes=sizes, progress=progress)
+        return
+    with ThreadPoolExecutor(max_workers=nt) as pool:
+        for _ in pool.map(lambda it: fn(*it, progress=progress), items):
+            pass
+
+
+def _lists(path_ids, path_d2, shape):
+    ids = np.lib.format.open_memmap(path_ids, "w+", np.int64, shape)
+    d2 = np.lib.format.open_memmap(path_d2, "w+", np.float32, shape)
+    ids[:] = -1
+    d2[:] = np.inf
+    return ids, d2
+
+
+def _centres(X, n, settings, nt, assigned, batch_size):
+    """Centres with no empty cell, and the rows per cell (``assigned`` filled)."""
+    count = n_cells(n, settings["cell_rows"], nt, settings["min_cell_rows"])
+    centres = coarse_centres(X, n, count, settings["seed"])
+    while True:
+        counts = assign(X, 0, n, centres, assigned, batch_size)
+        if counts.all():
+            return centres, counts
+        centres = centres[counts > 0]  # a centre no row is nearest to: dropped, rows reassigned
+
+
+def _search_cells(ctx, lists_out, first, assigned, start, stop, kq):
+    """Plan and run the searches of rows ``[start, stop)`` in other cells, merging the answers
+    into ``lists_out`` (rows offset by ``first``) in cell order."""
+    X, d, centres, bs = ctx["X"], ctx["directory"], ctx["centres"], ctx["batch_size"]
+    ids, d2 = lists_out
+    radius = lambda s, e: np.sqrt(d2[s - first:e - first, kq - 1])  # noqa: E731
+    pairs = probe_pairs(X, assigned, radius, start, stop, centres, bs, ctx["max_probes"])
+    counts = count_pairs(pairs, len(centres))
+    path = os.path.join(d, "scratch_probes.npy")
+    offsets = bucket(path, counts, pairs)
+    cells = [int(c) for c in np.argsort(-counts, kind="stable") if counts[c]]  # largest first
+    items = [(ctx["source"], d, c, (path, int(offsets[c]), int(offsets[c + 1])), ctx["settings"],
+              bs, kq) for c in cells]
+    _run(ctx["executor"], ctx["nt"], search_cell, items, [int(counts[c]) for c in cells], None)
+    probes = np.load(path, mmap_mode="r")
+    target = (np.asarray(ids), np.asarray(d2))
+    for c in sorted(cells):  # merged in cell order: the same lists whatever ran first
+        rows = np.array(probes[offsets[c]:offsets[c + 1]]) - first
+        insert_rows(target, rows, read_result(d, "probe", c))
+    if ctx["progress"]:
+        ctx["progress"](stop - start)
+    return int(counts.sum())
+
+
+def _own_cells(ctx, lists_out, first, assigned, start, stop, counts, kq, extend):
+    """Build (or extend) the cells with rows in ``[start, stop)`` and put each row's answers
+    from its own cell into ``lists_out`` (rows offset by ``first``)."""
+    d, bs = ctx["directory"], ctx["batch_size"]
+    path = os.path.join(d, "scratch_cells.npy")
+    offsets = bucket(path, counts, assigned_pairs(assigned, start, stop, bs))
+    cells = [int(c) for c in np.argsort(-counts, kind="stable") if counts[c]]  # largest first
+    items = [(ctx["source"], d, c, (path, int(offsets[c]), int(offsets[c + 1])), ctx["settings"],
+              bs, kq, extend) for c in cells]
+    _run(ctx["executor"], ctx["nt"], build_cell, items, [int(counts[c]) for c in cells],
+         ctx["progress"])
+    members = np.load(path, mmap_mode="r")
+    ids, d2 = lists_out
+    for c in cells:
+        rows = np.array(members[offsets[c]:offsets[c + 1]]) - first
+        ids[rows], d2[rows] = read_result(d, "own", c)
+
+
+def full_build(ctx, out):
+    """The graph of all rows into the ``out`` (ids, squared distances) files; returns the
+    centres and the rows per cell."""
+    X, n, k, d = ctx["X"], ctx["n"], ctx["settings"]["k"], ctx["directory"]
+    assigned = np.lib.format.open_memmap(os.path.join(d, "scratch_assign.npy"), "w+", np.int32, (n,))
+    t = time.perf_counter()
+    centres, counts = _centres(X, n, ctx["settings"], ctx["nt"], assigned, ctx["batch_size"])
+    ctx["centres"] = centres
+    lists = _lists(*out, (n, k))
+    t1 = time.perf_counter()
+    _own_cells(ctx, lists, 0, assigned, 0, n, counts, k, False)
+    t2 = time.perf_counter()
+    ctx["probed"] = _search_cells(ctx, lists, 0, assigned, 0, n, k)
+    _finish(lists)
+    log.debug("kNN graph: %d cells (%d-%d rows) in %.1f s, built and searched in %.1f s, %d "
+              "searches in other cells in %.1f s", len(counts), counts.min(), counts.max(), t1 - t,
+              t2 - t1, ctx["probed"], time.perf_counter() - t2)
+    return centres, counts
+
+
+def extend_build(ctx, out, old_graph, n_old, old_counts):
+    """The graph of ``n_old`` rows (``old_graph``: ids, distances) extended by the rows after
+    them; None when a cell would outgrow twice ``cell_rows`` and twice the largest cell (then a
+    full build is due)."""
+    X, n, k, d, bs = ctx["X"], ctx["n"], ctx["settings"]["k"], ctx["directory"], ctx["batch_size"]
+    assigned = np.lib.format.open_memmap(os.path.join(d, "scratch_assign.npy"), "w+", np.int32, (n,))
+    new_counts = assign(X, n_old, n, ctx["centres"], assigned, bs)
+    counts = np.asarray(old_counts, np.int64) + new_counts
+    if counts.max() > 2 * max(ctx["settings"]["cell_rows"], max(old_counts)):
+        return None
+    kq = 2 * k
+    new = _lists(os.path.join(d, "scratch_new.ids.npy"), os.path.join(d, "scratch_new.d2.npy"),
+                 (n - n_old, kq))
+    _own_cells(ctx, new, n_old, assigned, n_old, n, new_counts, kq, True)
+    ctx["probed"] = _search_cells(ctx, new, n_old, assigned, n_old, n, kq)
+    ids, d2 = _lists(*out, (n, k))
+    for s in range(0, n_old, bs):
+        e = min(n_old, s + bs)
+        ids[s:e], d2[s:e] = old_graph[0][s:e], np.square(old_graph[1][s:e])
+    reverse_edges((np.asarray(ids), np.asarray(d2)), (np.asarray(new[0]), np.asarray(new[1])),
+                  n_old, n_old)
+    for s in range(0, n - n_old, bs):
+        e = min(n - n_old, s + bs)
+        ids[n_old + s:n_old + e], d2[n_old + s:n_old + e] = new[0][s:e, :k], new[1][s:e, :k]
+    del new
+    join_new(np.asarray(X), (np.asarray(ids), np.asarray(d2)), n_old)
+    _finish((ids, d2))
+    return counts
+
+
+def _finish(lists):
+    ids, d2 = lists
+    for s in range(0, len(d2), 65536):
+        d2[s:s + 65536] = np.sqrt(np.maximum(d2[s:s + 65536], 0))
+    ids.flush()
+    d2.flush()

@@ -1,0 +1,198 @@
+"""The partition of a kNN graph build: coarse centres, each row's cell, and which other cells a
+row must be searched in.
+
+Rows go to the cell of their nearest centre (a Voronoi partition).  A row ``x`` of cell ``a``
+can have a neighbour in cell ``b`` only if that neighbour is closer to ``x`` than ``x``'s k-th
+neighbour found so far, distance ``r``; every row of cell ``b`` lies on ``b``'s side of the
+hyperplane halfway between the two centres, at least ``h = (|x - c_b|² - |x - c_a|²) /
+(2 |c_b - c_a|)`` from ``x``.  So ``x`` is searched in cell ``b`` only when ``h < r``: the test
+prunes no true neighbour, and the cost follows the rows near a boundary, not the number of cells.
+
+Row lists per cell are written with a counting fill into memory-mapped files (two passes over
+the assignment), so nothing here holds more than a batch and the C × C centre distances.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+from numba import njit
+
+
+def n_cells(n: int, cell_rows: int, threads: int, min_cell_rows: int) -> int:
+    """At most ``cell_rows`` rows per cell on average, and one cell per thread when every thread
+    gets ``min_cell_rows`` rows."""
+    return max(1, math.ceil(n / cell_rows), min(threads, n // min_cell_rows))
+
+
+def coarse_centres(X, n: int, count: int, seed: int) -> np.ndarray:
+    """``count`` centres by k-means on a sample of the rows (rows read in order, seeded)."""
+    from ..summaries.lloyd import kmeans
+    if count == 1:
+        return np.zeros((1, X.shape[1]))
+    rng = np.random.default_rng([seed, 0x6b6e6e])
+    m = min(n, max(100 * count, 50_000))
+    rows = np.sort(rng.choice(n, size=m, replace=False)) if m < n else np.arange(n)
+    S = np.asarray(X[rows], dtype=np.float64)
+    centres, _, _ = kmeans(S, count, rng, n_init=1, max_iter=25, tol=1e-4)
+    return centres
+
+
+def sqdist_to(Xb, centres, c_sq):
+    """Squared distances of the rows ``Xb`` to every centre (float64, BLAS)."""
+    Xb = np.asarray(Xb, dtype=np.float64)
+    D = (Xb * Xb).sum(1)[:, None] - 2.0 * (Xb @ centres.T) + c_sq[None, :]
+    return np.maximum(D, 0.0)
+
+
+def assign(X, start: int, stop: int, centres, out, batch_size: int) -> np.ndarray:
+    """Each row's nearest centre into ``out[start:stop]`` (int32); returns the rows per cell."""
+    c_sq = (centres * centres).sum(1)
+    counts = np.zeros(len(centres), np.int64)
+    step = max(256, min(batch_size, 2_000_000 // len(centres)))
+    for s in range(start, stop, step):
+        e = min(stop, s + step)
+        own = sqdist_to(X[s:e], centres, c_sq).argmin(1).astype(np.int32)
+        out[s:e] = own
+        counts += np.bincount(own, minlength=len(centres))
+    return counts
+
+
+def bucket(path: str, counts: np.ndarray, pairs) -> np.ndarray:
+    """Rows grouped by cell into the int64 file ``path`` (rows ascending within a cell);
+    ``pairs()`` yields ``(rows, cells)`` array pairs in row order.  Returns the offsets
+    (C + 1): the rows of cell c are ``[offsets[c], offsets[c + 1])``."""
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    out = np.lib.format.open_memmap(path, "w+", np.int64, (max(int(offsets[-1]), 1),))
+    cursor = offsets[:-1].copy()
+    for rows, cells in pairs():
+        order = np.argsort(cells, kind="stable")
+        rows, cells = rows[order], cells[order]
+        per = np.bincount(cells, minlength=len(counts))
+        first = np.concatenate([[0], np.cumsum(per)[:-1]])
+        pos = cursor[cells] + (np.arange(len(cells)) - first[cells])
+        out[pos] = rows
+        cursor += per
+    out.flush()
+    return offsets
+
+
+def assigned_pairs(assigned, start: int, stop: int, batch_size: int):
+    """``(rows, cells)`` of the rows ``[start, stop)`` and their own cells, by batch."""
+    def gen():
+        for s in range(start, stop, batch_size):
+            e = min(stop, s + batch_size)
+            yield np.arange(s, e, dtype=np.int64), np.asarray(assigned[s:e], dtype=np.int64)
+    return gen
+
+
+def probe_pairs(X, assigned, radius, start: int, stop: int, centres, batch_size: int,
+                max_probes: int):
+    """``(rows, cells)``: the other cells each row of ``[start, stop)`` must be searched in, by
+    the halfway-hyperplane test; ``radius(s, e)`` gives the rows' current k-th distances.  With
+    ``max_probes`` > 0 a row is searched in at most that many other cells (the nearest
+    hyperplanes first)."""
+    c_sq = (centres * centres).sum(1)
+    gap = 2.0 * np.sqrt(np.maximum(sqdist_to(centres, centres, c_sq), 0.0))
+    np.fill_diagonal(gap, np.inf)
+
+    step = max(256, min(batch_size, 2_000_000 // len(centres)))  # a few MB of row × cell arrays
+
+    def gen():
+        if len(centres) == 1:
+            return
+        for s in range(start, stop, step):
+            e = min(stop, s + step)
+            D = sqdist_to(X[s:e], centres, c_sq)
+            own = np.asarray(assigned[s:e], dtype=np.int64)
+            h = (D - D[np.arange(e - s), own][:, None]) / gap[own]
+            h[np.arange(e - s), own] = np.inf
+            h[~(h < radius(s, e)[:, None])] = np.inf
+            if max_probes and max_probes < h.shape[1]:
+                keep = np.argpartition(h, max_probes - 1, axis=1)[:, :max_probes]
+                mask = np.zeros_like(h, dtype=bool)
+                np.put_along_axis(mask, keep, True, axis=1)
+                h[~mask] = np.inf
+            rows, cells = np.nonzero(np.isfinite(h))
+            yield rows.astype(np.int64) + s, cells.astype(np.int64)
+    return gen
+
+
+def count_pairs(pairs, n_cells_: int) -> np.ndarray:
+    counts = np.zeros(n_cells_, np.int64)
+    for _, cells in pairs():
+        counts += np.bincount(cells, minlength=n_cells_)
+    return counts
+
+
+@njit(cache=True, nogil=True)
+def _insert(ids, d2, r, c, d):
+    """Candidate ``c`` at squared distance ``d`` into row ``r``'s ascending list (kept when
+    nearer than the last; an id already listed is skipped; earlier entries win ties)."""
+    kk = ids.shape[1]
+    if c < 0 or not d < d2[r, kk - 1]:
+        return
+    for t in range(kk):
+        if ids[r, t] == c:
+            return
+    t = kk - 1
+    while t > 0 and d2[r, t - 1] > d:
+        ids[r, t] = ids[r, t - 1]
+        d2[r, t] = d2[r, t - 1]
+        t -= 1
+    ids[r, t] = c
+    d2[r, t] = d
+
+
+@njit(cache=True, nogil=True)
+def insert_rows(lists, rows, cand):
+    """Merge candidate lists ``cand = (ids, d2)`` (m × kc) into ``lists = (ids, d2)`` at
+    ``rows`` (m), in order."""
+    ids, d2 = lists
+    c_ids, c_d2 = cand
+    for i in range(rows.shape[0]):
+        for j in range(c_ids.shape[1]):
+            _insert(ids, d2, rows[i], c_ids[i, j], c_d2[i, j])
+
+
+@njit(cache=True, nogil=True)
+def reverse_edges(lists, new, first_new, n_old):
+    """For each new row ``y = first_new + i`` and each old row ``x < n_old`` in its list ``new =
+    (ids, d2)``: ``y`` becomes a neighbour of ``x`` when nearer than ``x``'s k-th."""
+    ids, d2 = lists
+    n_ids, n_d2 = new
+    for i in range(n_ids.shape[0]):
+        for j in range(n_ids.shape[1]):
+            x = n_ids[i, j]
+            if 0 <= x < n_old:
+                _insert(ids, d2, x, first_new + i, n_d2[i, j])
+
+
+@njit(cache=True, nogil=True)
+def join_new(X, lists, n_old):
+    """For each old row ``x``: the new rows (``>= n_old``) in its neighbours' lists become its
+    neighbours when nearer than its k-th (one round of a neighbour-of-neighbour join, in row
+    order).  ``lists = (ids, d2)`` of all rows, squared distances."""
+    ids, d2 = lists
+    k, d = ids.shape[1], X.shape[1]
+    for x in range(n_old):
+        for t in range(k):
+            z = ids[x, t]
+            if z < 0:
+                continue
+            for u in range(k):
+                y = ids[z, u]
+                if y < n_old or y == x:
+                    continue
+                s = 0.0
+                for j in range(d):
+                    diff = X[x, j] - X[y, j]
+                    s += diff * diff
+                _insert(ids, d2, x, y, np.float32(s))
+
+
+def remove_scratch(directory: str, prefix: str) -> None:
+    for name in os.listdir(directory):
+        if name.startswith(prefix):
+            os.remove(os.path.join(directory, name))
