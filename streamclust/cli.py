@@ -128,6 +128,10 @@ def main(ctx, verbose, log_level):
 
 
 @main.command()
+@click.option("--memory-limit", default=None, metavar="SIZE",
+              help="Memory the fit may use, e.g. 4GB or 512MiB (default: half the memory "
+                   "available); checked before the first pass, and the kNN graph's cells are "
+                   "sized to fit it.")
 @click.argument("data")
 @click.option("--algorithm", "-a", default="dgmm", show_default=True)
 @click.option("--clusters", "-k", type=click.IntRange(1, INT32), default=None,
@@ -154,7 +158,8 @@ def main(ctx, verbose, log_level):
 @click.option("--overwrite", is_flag=True, help="Replace the model in an existing --out.")
 @_JSON
 def fit(data, algorithm, clusters, features, exclude, scale, sets, seed, batch_size, max_epochs,
-        work_dir, skip_invalid, quiet, scheduler, workers, resume, out, overwrite, as_json):
+        work_dir, skip_invalid, quiet, scheduler, workers, resume, out, overwrite, as_json,
+        memory_limit):
     """Fit a clustering of DATA and save the model to --out.
 
     The feature cache (rows × features × 4 bytes) is written to --work-dir, or to a temporary
@@ -185,7 +190,7 @@ def fit(data, algorithm, clusters, features, exclude, scale, sets, seed, batch_s
                      batch_size=batch_size, max_epochs=max_epochs, work_dir=work_dir,
                      on_invalid="skip" if skip_invalid else "error",
                      progress=False if quiet else None, executor=executor, resume=resume,
-                     **params)
+                     memory_limit=memory_limit, **params)
     finally:
         if executor is not None:
             executor.close()
@@ -323,9 +328,12 @@ def sweep(data, algorithm, ks, sample, seeds, features, exclude, scale, sets, se
 @click.option("--scheduler", default=None, metavar="ADDRESS",
               help="Build and search the cells on a dask.distributed cluster (or 'local'); --out "
                    "must be reachable by every worker.")
+@click.option("--memory-limit", default=None, metavar="SIZE",
+              help="Memory the graph may use, e.g. 4GB or 512MiB (default: half the memory "
+                   "available); the cells are sized to fit it.")
 @click.option("--workers", type=click.IntRange(1, 10_000), default=None, help="Workers of --scheduler local (default 2).")
 def graph(data, neighbors, features, exclude, scale, out, cell_rows, ef, m, batch_size, scheduler,
-          workers):
+          workers, memory_limit):
     """Build the kNN graph of DATA (ids N×k int64, distances N×k float32) into --out."""
     import os
     import time
@@ -338,7 +346,8 @@ def graph(data, neighbors, features, exclude, scale, out, cell_rows, ef, m, batc
     try:
         g = knn_graph(data, neighbors, features=_split(features), exclude=_split(exclude),
                       scale=scale, work_dir=out,
-                      batch_size=batch_size, cell_rows=cell_rows, ef=ef, M=m, executor=executor)
+                      batch_size=batch_size, cell_rows=cell_rows, ef=ef, M=m, executor=executor,
+                      memory_limit=memory_limit)
     finally:
         if executor is not None:
             executor.close()

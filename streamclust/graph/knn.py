@@ -33,6 +33,7 @@ import numpy as np
 from ..base.atomic import atomic_json, atomic_save_npy
 from ..data.cache import FeatureCache
 from ..errors import DataError, ParameterError
+from ..base.memory import budget, cell_row_bytes, check_batches, mib
 from ..base.threads import n_threads
 from .build import extend_build, full_build
 from .cells import remove_scratch
@@ -116,7 +117,23 @@ def _read_meta(path):
         return None
 
 
-def _settings(cache, n_neighbors, options, executor):
+def fit_cells(memory_limit, cell_rows: int, threads: int, dim: int, M: int, k: int,
+              batch_size: int) -> int:
+    """``cell_rows``, lowered until ``threads`` cells being built at once (a cell may reach
+    twice the average) fit in ``memory_limit`` beside the process and a batch; a one-line error
+    when not even cells of 1 000 rows do."""
+    limit = budget(memory_limit)
+    left = check_batches(limit, batch_size, dim)
+    per_row = 2 * threads * cell_row_bytes(dim, M, 2 * k)
+    if left < 1000 * per_row:
+        raise ParameterError(
+            f"memory_limit {mib(limit)} is too small for the kNN graph: {threads} cells of 1000 "
+            f"rows × {dim} features being built at once need {mib(1000 * per_row)} beside the "
+            f"process and a batch ({mib(limit - left)}); raise memory_limit or lower batch_size")
+    return int(min(cell_rows, left // per_row))
+
+
+def _settings(cache, n_neighbors, options, executor, batch_size):
     n, dim = cache.n_rows, cache.n_features
     if isinstance(n_neighbors, bool) or int(n_neighbors) < 1:
         raise ParameterError(f"n_neighbors must be >= 1, got {n_neighbors!r}")
@@ -126,7 +143,7 @@ def _settings(cache, n_neighbors, options, executor):
             warnings.warn(f"kNN option {old!r} is now {new!r}", FutureWarning, stacklevel=4)
             options.setdefault(new, options.pop(old))
     o = dict(cell_rows=50_000, M=16, ef_construction=100, ef=0, seed=0, threads=-1,
-             min_cell_rows=10_000, max_probes=2)
+             min_cell_rows=10_000, max_probes=2, memory_limit=None)
     unknown = set(options) - set(o)
     if unknown:
         raise ParameterError(f"unknown kNN option(s) {sorted(unknown)}; known: {sorted(o)}")
@@ -141,8 +158,10 @@ def _settings(cache, n_neighbors, options, executor):
     threads = o["threads"]
     if getattr(executor, "distributed", False) and not (threads and threads > 0):
         threads = executor.parallelism()
+    cell_rows = fit_cells(o["memory_limit"], o["cell_rows"], n_threads(threads), dim, int(o["M"]),
+                          k, batch_size)
     return {"n_features": dim, "k": k, "M": int(o["M"]), "ef_construction": int(o["ef_construction"]),
-            "ef": query_ef(o["ef"], k), "cell_rows": int(o["cell_rows"]),
+            "ef": query_ef(o["ef"], k), "cell_rows": cell_rows,
             "min_cell_rows": int(o["min_cell_rows"]), "max_probes": int(o["max_probes"]),
             "seed": int(o["seed"]), "threads": n_threads(threads), "layout": _LAYOUT}
 
@@ -151,13 +170,14 @@ def build_graph(cache: FeatureCache, n_neighbors: int, directory: str, *, batch_
                 progress=None, executor=None, **options) -> KNNGraph:
     """The graph of the cached rows (see the module docstring): reused, extended or built.
 
-    ``options``: ``cell_rows`` (50 000), ``min_cell_rows`` (10 000), ``max_probes`` (2: the other
+    ``options``: ``memory_limit`` (bytes or ``"4GB"``; default half the memory available: lowers
+    ``cell_rows`` so that the cells being built fit, see :func:`fit_cells`), ``cell_rows`` (50 000), ``min_cell_rows`` (10 000), ``max_probes`` (2: the other
     cells a row is searched in at most, nearest boundaries first; 0: every cell the test keeps), ``M`` (16), ``ef_construction`` (100), ``ef`` (0:
     max(24, 2k + 2)), ``seed``, ``threads``.  ``executor``: with a distributed one
     (:class:`~streamclust.run.dask_executor.DaskExecutor`) the cells are built and searched as
     tasks on its workers, which must reach ``directory`` and the feature cache; ``threads`` (the
     cell count rule) then defaults to the workers' total."""
-    settings = _settings(cache, n_neighbors, dict(options), executor)
+    settings = _settings(cache, n_neighbors, dict(options), executor, batch_size)
     n = cache.n_rows
     meta_path = os.path.join(directory, META)
     old = _read_meta(meta_path)
@@ -230,6 +250,11 @@ def knn_graph(data, n_neighbors: int = 5, *, features=None, exclude=None, work_d
             # checked before anything is written (the cache pass would leave a full cache)
             raise ParameterError(f"{name} must be an integer >= 1, got {v!r}")
     d = open_data(data, features=features, on_invalid=on_invalid, exclude=exclude)
+    if isinstance(options.get("cell_rows", 1), int) and isinstance(options.get("M", 16), int):
+        # the budget checked before the cache pass (build_graph checks again, with every option)
+        fit_cells(options.get("memory_limit"), options.get("cell_rows", 50_000),
+                  n_threads(options.get("threads", -1)), d.n_features, options.get("M", 16),
+                  n_neighbors, batch_size)
     owned = work_dir is None
     work_dir = tempfile.mkdtemp(prefix="streamclust-knn-") if owned else work_dir
     try:  # made here (atomically: of two runs at once, one makes it), or there already

@@ -221,7 +221,7 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
         batch_size: int = 65536, max_epochs: int = 100, work_dir: str | None = None,
         on_invalid: str = "error", progress: bool | None = None, host: PluginHost | None = None,
         executor=None, client=None, knn_options: dict | None = None, resume: bool = False,
-        blas_threads: int | None = 1, scale: str = "none", **params) -> Model:
+        blas_threads: int | None = 1, scale: str = "none", memory_limit=None, **params) -> Model:
     """Fit ``algorithm`` with ``n_clusters`` clusters on ``data`` and return the :class:`Model`.
 
     ``n_clusters``: default 8, except for algorithms that choose the number themselves
@@ -241,7 +241,9 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
     by one run at a time.  ``scale``: ``none`` (default), ``standard`` or ``minmax``: statistics
     from the cache pass, applied to the cache, stored in the model and applied by ``predict``
     (see :mod:`streamclust.data.scaling`).  ``blas_threads``: BLAS threads during the fit (default 1: numba
-    kernels own the cores; ``None`` leaves BLAS as it is).
+    kernels own the cores; ``None`` leaves BLAS as it is).  ``memory_limit``: bytes or ``"4GB"``
+    (default: half the memory available); a fit whose batches or kNN cells cannot fit stops
+    before the first pass, and the graph's cells are sized to fit it.
     """
     _check_int("batch_size", batch_size, 1)
     _check_int("max_epochs", max_epochs, 1)
@@ -255,6 +257,7 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
     algo = cls(n_clusters, seed=seed, **params)
     d = _open(data, algo, features, exclude, on_invalid)
     log.info("%s: %s", d.source.name, describe_features(d.spec, d.left_out))
+    knn_options = _budget(memory_limit, algo, d.n_features, batch_size, knn_options)
     executor = _executor(executor, client)
     if resume and (work_dir is None or not algo.can_resume()):
         raise ParameterError("resume needs the work_dir of the interrupted run" if work_dir is None
@@ -271,6 +274,24 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
         first = _begin(st, resume)
         host.hook.streamclust_run_started(run=st.run)
         return _finish(st, _loop(st, first, max_epochs, host), host)
+
+
+def _budget(memory_limit, algo, n_features, batch_size, knn_options):
+    """The memory budget checked before any pass (one batch; the kNN graph's cells when the
+    algorithm needs one); the graph's options with the budget."""
+    from ..base.memory import budget, check_batches
+    limit = budget(memory_limit)
+    check_batches(limit, batch_size, n_features)
+    k = algo.requirements().knn
+    opts = dict(knn_options or {})
+    if k:
+        from ..base.threads import n_threads
+        from ..graph.knn import fit_cells
+        opts.setdefault("memory_limit", limit)
+        fit_cells(opts["memory_limit"], int(opts.get("cell_rows", 50_000)),
+                  n_threads(opts.get("threads", -1)), n_features, int(opts.get("M", 16)), k,
+                  batch_size)
+    return opts
 
 
 def _progress_enabled(progress) -> bool:

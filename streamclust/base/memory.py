@@ -1,0 +1,74 @@
+"""The memory budget of a run: ``memory_limit`` parsed, its default, and what the parts of a run
+are estimated to hold, so that a run that cannot fit stops before its first pass."""
+from __future__ import annotations
+
+import os
+import re
+
+from ..errors import ParameterError
+
+#: the Python process with numpy, pyarrow, numba and hnswlib loaded (measured RssAnon ~200 MiB)
+BASELINE = 256 << 20
+#: the default budget: this share of the memory available when the run starts
+DEFAULT_SHARE = 0.5
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+
+
+def parse_bytes(value, name: str = "memory_limit") -> int:
+    """``4GB``, ``512MiB``, ``1.5gb`` or a number of bytes."""
+    if isinstance(value, bool):
+        raise ParameterError(f"{name} must be bytes or a size like '4GB', got {value!r}")
+    if isinstance(value, (int, float)):
+        n = value
+    else:
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
+        if not m or m.group(2).lower() not in _UNITS:
+            raise ParameterError(f"{name} must be bytes or a size like '4GB' or '512MiB', got {value!r}")
+        n = float(m.group(1)) * _UNITS[m.group(2).lower()]
+    if not n > 0:
+        raise ParameterError(f"{name} must be > 0, got {value!r}")
+    return int(n)
+
+
+def available() -> int:
+    """Bytes of memory available now (``MemAvailable``), else the physical memory."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def budget(memory_limit) -> int:
+    """``memory_limit`` in bytes; None: half of the memory available."""
+    return int(available() * DEFAULT_SHARE) if memory_limit is None else parse_bytes(memory_limit)
+
+
+def mib(n: int) -> str:
+    return f"{n / (1 << 20):.0f} MiB"
+
+
+def batch_bytes(batch_size: int, n_features: int) -> int:
+    """A batch as read (float32) and the float64 working copies a pass makes of it."""
+    return batch_size * n_features * 32
+
+
+def check_batches(limit: int, batch_size: int, n_features: int) -> int:
+    """Bytes left after the process and one batch; a one-line error when there are none."""
+    need = BASELINE + batch_bytes(batch_size, n_features)
+    if need > limit:
+        raise ParameterError(
+            f"memory_limit {mib(limit)} is too small: the process and one batch of {batch_size} "
+            f"rows × {n_features} features need about {mib(need)}; raise memory_limit or lower "
+            "batch_size")
+    return limit - need
+
+
+def cell_row_bytes(n_features: int, M: int, k: int) -> int:
+    """One row of a kNN cell in memory: its features gathered and in the hnswlib index (links,
+    label), and its answers while merging (2k neighbours when appending)."""
+    return 8 * n_features + 8 * M + 24 * k + 64

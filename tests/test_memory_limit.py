@@ -1,0 +1,88 @@
+"""memory_limit: parsing, a one-line error before any pass when a batch or a kNN cell cannot fit,
+and cells sized down to fit a small budget."""
+import json
+import os
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import streamclust
+from streamclust.base.memory import BASELINE, batch_bytes, cell_row_bytes, parse_bytes
+from streamclust.cli import main
+from streamclust.errors import ParameterError
+from streamclust.testing import make_blobs
+
+
+@pytest.mark.parametrize("text,expected", [("4GB", 4 * 10**9), ("512MiB", 512 * 2**20),
+                                           ("1.5gb", 1_500_000_000), (123456, 123456),
+                                           (" 2 KiB ", 2048)])
+def test_sizes_parse(text, expected):
+    assert parse_bytes(text) == expected
+
+
+@pytest.mark.parametrize("bad", ["4 parsecs", "-1GB", 0, "", True])
+def test_bad_sizes_are_refused_naming_the_option(bad):
+    with pytest.raises(ParameterError, match="memory_limit"):
+        parse_bytes(bad)
+
+
+def test_a_batch_that_cannot_fit_stops_the_fit_before_any_pass(tmp_path):
+    X, _ = make_blobs(n=500, k=3, d=8, seed=0)
+    work = str(tmp_path / "w")
+    with pytest.raises(ParameterError, match="too small: the process and one batch"):
+        streamclust.fit(X, "dgmm", 3, work_dir=work, memory_limit="200MB", progress=False)
+    assert not os.path.exists(os.path.join(work, "features.f32"))
+    # the same budget with smaller batches fits (the process ~256 MiB would not fit in 200 MB)
+    need = BASELINE + batch_bytes(1024, 8)
+    m = streamclust.fit(X, "dgmm", 3, memory_limit=need + 1, batch_size=1024, progress=False)
+    assert len(m.predict(X)) == 500
+
+
+def test_cli_names_the_limit_in_one_line(tmp_path):
+    X, y = make_blobs(n=300, k=3, d=4, seed=1)
+    from conftest import write_parquet_dir
+    data = write_parquet_dir(str(tmp_path / "d"), X, y)
+    r = CliRunner().invoke(main, ["fit", data, "-k", "3", "-f", "embedding", "--memory-limit", "100MB",
+                                  "--out", str(tmp_path / "m")])
+    assert r.exit_code != 0
+    errors = [line for line in r.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "memory_limit 95 MiB is too small" in errors[0]
+    assert not os.path.exists(str(tmp_path / "m"))
+    r = CliRunner().invoke(main, ["graph", data, "-f", "embedding", "--memory-limit", "lots",
+                                  "--out", str(tmp_path / "g")])
+    assert r.exit_code != 0 and "memory_limit must be bytes" in r.output
+
+
+def test_a_graph_whose_cells_cannot_fit_stops_before_the_cache_pass(tmp_path):
+    X = np.random.default_rng(0).normal(size=(3000, 600)).astype(np.float32)
+    work = str(tmp_path / "w")
+    limit = BASELINE + batch_bytes(256, 600) + 10 * 2**20  # 10 MiB for the cells: too little
+    with pytest.raises(ParameterError, match="too small for the kNN graph"):
+        streamclust.knn_graph(X, 5, work_dir=work, batch_size=256, threads=2, memory_limit=limit)
+    assert not os.path.exists(os.path.join(work, "features.f32"))
+    with pytest.raises(ParameterError, match="too small for the kNN graph"):  # and in a fit
+        streamclust.fit(X, "slk", 3, batch_size=256, memory_limit=limit, progress=False,
+                        knn_options={"threads": 2})
+
+
+def test_a_small_budget_makes_smaller_cells_and_the_same_quality(tmp_path):
+    X, _ = make_blobs(n=20000, k=8, d=64, seed=3, spread=2.0)
+    X = X.astype(np.float32)
+    cells = 4 * 2 * 2 * cell_row_bytes(64, 16, 10) * 1000  # room for ~4000-row cells, 2 threads
+    limit = BASELINE + batch_bytes(1024, 64) + cells
+    work = str(tmp_path / "w")
+    g = streamclust.knn_graph(X, 5, work_dir=work, batch_size=1024, threads=2, memory_limit=limit)
+    meta = json.load(open(os.path.join(work, "knn", "knn.json")))
+    assert 3000 <= meta["cell_rows"] <= 4000 and len(meta["cells"]) >= 5
+    # what the cells being built are estimated to hold stays inside the budget
+    held = 2 * 2 * meta["cell_rows"] * cell_row_bytes(64, 16, 10)
+    assert BASELINE + batch_bytes(1024, 64) + held <= limit
+    sample = np.arange(0, 20000, 50)
+    D = ((X[sample, None, :] - X[None, :, :]) ** 2).sum(2)
+    D[np.arange(len(sample)), sample] = np.inf
+    exact = np.argsort(D, 1)[:, :5]
+    def recall(ids):
+        return np.mean([len(set(a) & set(b)) / 5 for a, b in zip(ids[sample], exact)])
+    default = streamclust.knn_graph(X, 5, batch_size=1024, threads=2)  # 2 cells of 10 000
+    assert recall(g.ids) >= recall(default.ids) - 0.01 and recall(g.ids) >= 0.95
