@@ -93,12 +93,13 @@ class KNNIndex:
     def load(cls, paths: list, dim: int, ef: int, threads: int = -1, centres=None,
              lazy: bool = True) -> "KNNIndex":
         """The indices in ``paths`` (a ``*_centres.npy`` among them gives the centres); with
-        ``lazy`` each is read when a query needs it, so the files must stay."""
+        ``lazy`` and more than 8 cells, each is read when a query needs it, so the files must
+        stay while the index is used."""
         found = [p for p in paths if p.endswith("_centres.npy")]
         if found and centres is None:
             centres = np.load(found[0], allow_pickle=False)
         cells = [p for p in paths if not p.endswith(".npy")]
-        if not lazy:
+        if not lazy or len(cells) <= 8:  # up to 8 cells: in memory, the files may go
             return cls([load_cell(p, dim) for p in cells], dim, ef, threads, centres)
         for p in cells[:1]:  # a bad file fails here, not at the first query
             load_cell(p, dim)
