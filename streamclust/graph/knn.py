@@ -159,7 +159,7 @@ def _settings(cache, n_neighbors, options, executor, batch_size):
     if getattr(executor, "distributed", False) and not (threads and threads > 0):
         threads = executor.parallelism()
     cell_rows = fit_cells(o["memory_limit"], o["cell_rows"], n_threads(threads), dim, int(o["M"]),
-                          k, batch_size)
+                          k, min(batch_size, n))
     return {"n_features": dim, "k": k, "M": int(o["M"]), "ef_construction": int(o["ef_construction"]),
             "ef": query_ef(o["ef"], k), "cell_rows": cell_rows,
             "min_cell_rows": int(o["min_cell_rows"]), "max_probes": int(o["max_probes"]),
@@ -254,7 +254,7 @@ def knn_graph(data, n_neighbors: int = 5, *, features=None, exclude=None, work_d
         # the budget checked before the cache pass (build_graph checks again, with every option)
         fit_cells(options.get("memory_limit"), options.get("cell_rows", 50_000),
                   n_threads(options.get("threads", -1)), d.n_features, options.get("M", 16),
-                  n_neighbors, batch_size)
+                  n_neighbors, min(batch_size, d.n_rows) if d.n_rows else batch_size)
     owned = work_dir is None
     work_dir = tempfile.mkdtemp(prefix="streamclust-knn-") if owned else work_dir
     try:  # made here (atomically: of two runs at once, one makes it), or there already

@@ -257,7 +257,9 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
     algo = cls(n_clusters, seed=seed, **params)
     d = _open(data, algo, features, exclude, on_invalid)
     log.info("%s: %s", d.source.name, describe_features(d.spec, d.left_out))
-    knn_options = _budget(memory_limit, algo, d.n_features, batch_size, knn_options)
+    rows = d.n_rows  # a batch never holds more rows than the data (None: not known up front)
+    knn_options = _budget(memory_limit, algo, d.n_features,
+                          min(batch_size, rows) if rows else batch_size, knn_options)
     executor = _executor(executor, client)
     if resume and (work_dir is None or not algo.can_resume()):
         raise ParameterError("resume needs the work_dir of the interrupted run" if work_dir is None
