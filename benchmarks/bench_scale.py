@@ -28,17 +28,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import table  # noqa: E402
+from bench_memory import status_kb  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FILE_ROWS = 500_000
-
-
-def status_kb(pid, key):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    return 0
 
 
 def run(cmd):

@@ -193,35 +193,24 @@ def test_parallel_cells_are_deterministic():
     assert _recall(a.ids, _exact(X, 5)[0]) >= 0.99
 
 
-def test_knn_index_query_of_new_rows(tmp_path):
+def test_knn_index_query_of_new_rows_in_memory_and_on_demand(tmp_path):
+    """New rows against brute force; a saved index of more than 8 cells reads its cells on
+    demand (at most 8 held) and answers as the in-memory one."""
+    from streamclust.graph.index import KNNIndex
     from streamclust.graph.knn import load_index
     X, _ = make_blobs(n=1500, k=5, d=6, seed=9)
     X = X.astype(np.float32)
     work = str(tmp_path / "w")
-    streamclust.knn_graph(X[:1000], 5, work_dir=work, cell_rows=150, threads=2)
+    streamclust.knn_graph(X[:1000], 5, work_dir=work, cell_rows=80, threads=2)
     index = load_index(os.path.join(work, "knn"))
-    assert len(index.shards) == 7 and index.n_rows == 1000
+    assert len(index.shards) >= 12 and index.n_rows == 1000
     ids, dist = index.query(X[1000:], 5)
     D = ((X[1000:, None, :] - X[None, :1000, :]) ** 2).sum(2)
     exact = np.argsort(D, 1)[:, :5]
-    assert _recall(ids, exact) >= 0.99
+    assert _recall(ids, exact) >= 0.98
     np.testing.assert_allclose(dist, np.sqrt(np.take_along_axis(D, ids, 1)), rtol=1e-4, atol=1e-5)
-
-
-def test_a_saved_index_of_many_cells_reads_them_on_demand_and_answers_alike(tmp_path):
-    from streamclust.graph.index import KNNIndex
-    from streamclust.graph.knn import load_index
-    X, _ = make_blobs(n=2000, k=5, d=6, seed=9)
-    X = X.astype(np.float32)
-    work = str(tmp_path / "w")
-    streamclust.knn_graph(X[:1500], 5, work_dir=work, cell_rows=100, threads=2)
-    eager = load_index(os.path.join(work, "knn"))
-    assert len(eager.shards) >= 12
-    names = eager.save(str(tmp_path))
-    lazy = KNNIndex.load([str(tmp_path / n) for n in names], 6, eager.ef)
-    assert all(isinstance(s, str) for s in lazy.shards) and lazy.n_rows == 1500
-    ids, dist = lazy.query(X[1500:], 5)
+    names = index.save(str(tmp_path))
+    lazy = KNNIndex.load([str(tmp_path / n) for n in names], 6, index.ef)
+    assert all(isinstance(s, str) for s in lazy.shards) and lazy.n_rows == 1000
+    np.testing.assert_array_equal(lazy.query(X[1000:], 5)[0], ids)
     assert len(lazy._loaded) <= 8
-    np.testing.assert_array_equal(ids, eager.query(X[1500:], 5)[0])
-    D = ((X[1500:, None, :] - X[None, :1500, :]) ** 2).sum(2)
-    assert _recall(ids, np.argsort(D, 1)[:, :5]) >= 0.98
