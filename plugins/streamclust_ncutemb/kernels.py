@@ -129,16 +129,20 @@ def forward(net, x, h, f):
     C = net.b2.shape[0]
     if H == 0:
         for c in range(C):
-            s = net.b2[c]
-            for j in range(x.shape[0]):
-                s += net.W2[j, c] * x[j]
-            f[c] = s
-        return
-    for t in range(H):
-        s = net.b1[t]
+            f[c] = net.b2[c]
         for j in range(x.shape[0]):
-            s += net.W1[j, t] * x[j]
-        h[t] = np.tanh(s)
+            xj = x[j]
+            for c in range(C):
+                f[c] += net.W2[j, c] * xj
+        return
+    for t in range(H):  # W1 is d × H, row-major: the inner loops run along its rows
+        h[t] = net.b1[t]
+    for j in range(x.shape[0]):
+        xj = x[j]
+        for t in range(H):
+            h[t] += net.W1[j, t] * xj
+    for t in range(H):
+        h[t] = np.tanh(h[t])
     for c in range(C):
         s = net.b2[c]
         for t in range(H):
@@ -148,15 +152,18 @@ def forward(net, x, h, f):
 
 @nb.njit(cache=True)
 def backward(net, x, h, g, step, dh):
-    """One SGD step ``w ← w − step · ∂L/∂w`` for the output gradient ``g`` (C) at ``x``."""
+    """One SGD step ``w ← w − step · ∂L/∂w`` for the output gradient ``g`` (C) at ``x``; ``dh``
+    is scratch of max(H, C) entries."""
     H = net.b1.shape[0]
     C = net.b2.shape[0]
-    if H == 0:
+    if H == 0:  # a zero g[c] leaves column c as it is (w − 0 = w)
         for c in range(C):
-            if g[c] != 0.0:
-                for j in range(x.shape[0]):
-                    net.W2[j, c] -= step * g[c] * x[j]
-                net.b2[c] -= step * g[c]
+            dh[c] = step * g[c]
+            net.b2[c] -= dh[c]
+        for j in range(x.shape[0]):
+            xj = x[j]
+            for c in range(C):
+                net.W2[j, c] -= dh[c] * xj
         return
     for t in range(H):
         s = 0.0
@@ -169,10 +176,12 @@ def backward(net, x, h, g, step, dh):
                 net.W2[t, c] -= step * g[c] * h[t]
             net.b2[c] -= step * g[c]
     for t in range(H):
-        if dh[t] != 0.0:
-            for j in range(x.shape[0]):
-                net.W1[j, t] -= step * dh[t] * x[j]
-            net.b1[t] -= step * dh[t]
+        dh[t] *= step
+        net.b1[t] -= dh[t]
+    for j in range(x.shape[0]):
+        xj = x[j]
+        for t in range(H):
+            net.W1[j, t] -= dh[t] * xj
 
 
 @nb.njit(cache=True, inline="always")
@@ -265,9 +274,11 @@ def decay(net, factor):
 
 
 @nb.njit(cache=True, inline="always")
-def _take_step(net, x, h, f, g, dh, c, step, cs):
-    """A hinge step towards class c at x (forward first); returns the loss before the step."""
-    forward(net, x, h, f)
+def _take_step(net, x, h, f, g, dh, c, step, cs, fresh):
+    """A hinge step towards class c at x (forward first unless ``fresh``: ``h`` and ``f`` already
+    hold f(x) under the current weights); returns the loss before the step."""
+    if not fresh:
+        forward(net, x, h, f)
     loss = cs_hinge_grad(f, c, g) if cs and f.shape[0] > 1 else hinge_grad(f, c, g)
     if loss > 0.0:
         backward(net, x, h, g, step, dh)
@@ -313,7 +324,8 @@ def sgd_block(n, start, pairs, net, scale, cfg, bal):
     K = cfg.n_clusters
     H = net.b1.shape[0]
     xi_, xj_, xk_ = np.empty(d), np.empty(d), np.empty(d)
-    h, h2, dh = np.empty(max(H, 1)), np.empty(max(H, 1)), np.empty(max(H, 1))
+    h, h2 = np.empty(max(H, 1)), np.empty(max(H, 1))
+    dh = np.empty(max(H, C))  # backward's scratch: H hidden units, or C outputs when linear
     fi, fj, g = np.empty(C), np.empty(C), np.empty(C)
     s = rng_init(cfg.seed, 0x4E43 + cfg.epoch, start)
     key = np.uint64(rng_init(cfg.seed, 0x5045 + cfg.epoch, 0))
@@ -340,8 +352,8 @@ def sgd_block(n, start, pairs, net, scale, cfg, bal):
                             bal.sums[2] += 1.0
                             continue
                         step = cfg.lr * eta * allow
-                        bal.sums[0] += _take_step(net, xi_, h, fi, g, dh, c, step, cfg.cs)
-                        bal.sums[0] += _take_step(net, xj_, h2, fj, g, dh, c, step, cfg.cs)
+                        bal.sums[0] += _take_step(net, xi_, h, fi, g, dh, c, step, cfg.cs, True)
+                        bal.sums[0] += _take_step(net, xj_, h2, fj, g, dh, c, step, cfg.cs, False)
                         bal.sums[1] += 1.0
                         forward(net, xi_, h, fi)
                     for o in range(C):
@@ -368,8 +380,8 @@ def sgd_block(n, start, pairs, net, scale, cfg, bal):
                         bal.sums[2] += 1.0
                     else:
                         step = cfg.lr * cfg.eta_pos * allow
-                        bal.sums[0] += _take_step(net, xi_, h, fi, g, dh, c, step, cfg.cs)
-                        bal.sums[0] += _take_step(net, xj_, h2, fj, g, dh, c, step, cfg.cs)
+                        bal.sums[0] += _take_step(net, xi_, h, fi, g, dh, c, step, cfg.cs, True)
+                        bal.sums[0] += _take_step(net, xj_, h2, fj, g, dh, c, step, cfg.cs, False)
                         bal.sums[1] += 1.0
             # (2) a random pair: x_i pushed out of the class of a random row k of the data set
             # (not of the block: files sorted by class would give blocks of one class)

@@ -53,7 +53,7 @@ def test_backward_is_the_gradient(H):
     after = kn.Net(*[a.copy() for a in net])
     h, f = np.empty(max(H, 1)), np.empty(C)
     kn.forward(after, x, h, f)
-    kn.backward(after, x, h, g, step, np.empty(max(H, 1)))
+    kn.backward(after, x, h, g, step, np.empty(max(H, C)))
     for a in range(4):
         num = np.zeros_like(net[a])
         for idx in np.ndindex(net[a].shape):
@@ -63,6 +63,26 @@ def test_backward_is_the_gradient(H):
             dn[a][idx] -= 1e-6
             num[idx] = (value(up) - value(dn)) / 2e-6
         np.testing.assert_allclose((net[a] - after[a]) / step, num, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("H", [0, 7])
+def test_forward_matches_numpy(H):
+    """f(x) = W2ᵀ tanh(W1ᵀ x + b1) + b2 (linear: W2ᵀ x + b2), against numpy; ``outputs`` (all
+    rows, in parallel) gives the same on standardised rows."""
+    rng = np.random.default_rng(10 + H)
+    d, C = 37, 5
+    net = _net(rng, d, H, C)
+    X = rng.normal(size=(20, d)).astype(np.float32)
+    mean, inv = rng.normal(size=d), rng.uniform(0.5, 2.0, d)
+    Z = (X.astype(np.float64) - mean) * inv
+    want = (np.tanh(Z @ net.W1 + net.b1) if H else Z) @ net.W2 + net.b2
+    h, f = np.empty(max(H, 1)), np.empty(C)
+    for i in range(len(Z)):
+        kn.forward(net, Z[i], h, f)
+        np.testing.assert_allclose(f, want[i], rtol=1e-12, atol=1e-12)
+    out = np.empty((len(X), C))
+    kn.outputs(X, net, kn.Scale(mean, inv), out)
+    np.testing.assert_allclose(out, want, rtol=1e-12, atol=1e-12)
 
 
 def test_hinges_match_their_definitions():
