@@ -17,7 +17,6 @@ from .columns import COLUMNS_META, ColumnCollector
 from ..errors import DataError
 from ..base.interrupt import check as check_interrupt
 from .batch import Batch, Data
-from .readahead import read_ahead
 
 CACHE_FILE = "features.f32"
 CACHE_META = "features.json"
@@ -62,18 +61,8 @@ class FeatureCache:
         return Batch(start, self.X[start:stop])
 
     def iter_batches(self, batch_size: int) -> Iterator[Batch]:
-        """The rows in order, ``batch_size`` at a time, the next batches read ahead."""
-        return self.iter_ranges((s, min(s + batch_size, self.n_rows))
-                                for s in range(0, self.n_rows, batch_size))
-
-    def iter_ranges(self, ranges) -> Iterator[Batch]:
-        """:meth:`rows` of each ``(start, stop)`` of ``ranges`` in turn; while one is worked on,
-        the OS reads the next ones from disk (:mod:`streamclust.data.readahead`)."""
-        path = getattr(self.X, "filename", None)
-        if path is None:
-            return (self.rows(s, e) for s, e in ranges)
-        return (self.rows(s, e) for s, e in
-                read_ahead(path, 4 * self.n_features, getattr(self.X, "offset", 0), ranges))
+        for s in range(0, self.n_rows, batch_size):
+            yield self.rows(s, s + batch_size)
 
     def take(self, row_ids) -> np.ndarray:
         """A float32 copy of the given rows (random access through the memory map)."""

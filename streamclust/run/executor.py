@@ -45,8 +45,7 @@ class LocalExecutor:
              combine: Callable | None = None, progress: Callable[[int], None] | None = None):
         """The ordered pass: every block ``(start, stop)`` of ``blocks`` in turn.  Returns
         ``(carry, info)``; ``info`` says how many shares ran (always 1 here)."""
-        ranges = getattr(data, "iter_ranges", None)  # the feature cache reads ahead
-        batches = ranges(blocks) if ranges else (data.rows(s, e) for s, e in blocks)
+        batches = (data.rows(s, e) for s, e in blocks)
         carry, rows = scan_batches(step, batches, state, carry, params, progress)
         return carry, {"shares": 1, "rows": rows, "spread": 0.0}
 
