@@ -15,8 +15,8 @@ from streamclust.testing import make_blobs
 
 
 @pytest.mark.parametrize("text,expected", [("4GB", 4 * 10**9), ("512MiB", 512 * 2**20),
-                                           ("1.5gb", 1_500_000_000), (123456, 123456),
-                                           (" 2 KiB ", 2048)])
+                                           ("1.5gb", 1_500_000_000), (3_000_000, 3_000_000),
+                                           (" 2 MiB ", 2 * 2**20)])
 def test_sizes_parse(text, expected):
     assert parse_bytes(text) == expected
 
@@ -25,6 +25,13 @@ def test_sizes_parse(text, expected):
 def test_bad_sizes_are_refused_naming_the_option(bad):
     with pytest.raises(ParameterError, match="memory_limit"):
         parse_bytes(bad)
+
+
+@pytest.mark.parametrize("bare", ["1.5", 4, "512KiB"])
+def test_a_size_under_a_mebibyte_asks_for_a_unit(bare):
+    """``--memory-limit 1.5`` means 1.5 bytes: refused with a hint, not 'too small'."""
+    with pytest.raises(ParameterError, match="give a unit"):
+        parse_bytes(bare)
 
 
 def test_a_batch_that_cannot_fit_stops_the_fit_before_any_pass(tmp_path):

@@ -28,6 +28,8 @@ def parse_bytes(value, name: str = "memory_limit") -> int:
         n = float(m.group(1)) * _UNITS[m.group(2).lower()]
     if not n > 0:
         raise ParameterError(f"{name} must be > 0, got {value!r}")
+    if n < 1 << 20:  # a unit forgotten: '1.5' is 1.5 bytes, not a budget anyone means
+        raise ParameterError(f"{name} {value!r} is {n:g} bytes; give a unit, e.g. '{value}GB'")
     return int(n)
 
 
