@@ -37,7 +37,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import table  # noqa: E402
-from bench_memory import status_kb, write_data  # noqa: E402
+from bench_memory import peak_anon_kb, write_data  # noqa: E402
 
 FILE_ROWS = 500_000
 
@@ -58,13 +58,7 @@ def run_fit(data: str, work: str, args) -> dict:
 
     th = threading.Thread(target=relay, daemon=True)
     th.start()
-    peak = 0
-    while p.poll() is None:
-        try:
-            peak = max(peak, status_kb(p.pid, "RssAnon"))
-        except (FileNotFoundError, ProcessLookupError):
-            break
-        time.sleep(0.02)
+    peak = peak_anon_kb(p)
     th.join()
     if p.wait() != 0:
         sys.exit(f"fit failed on {data}")

@@ -59,6 +59,19 @@ def status_kb(pid, key):
     return 0
 
 
+def peak_anon_kb(p) -> int:
+    """Peak ``RssAnon`` (KiB) of the running process ``p`` (a Popen), polled every 20 ms until
+    it ends."""
+    peak = 0
+    while p.poll() is None:
+        try:
+            peak = max(peak, status_kb(p.pid, "RssAnon"))
+        except (FileNotFoundError, ProcessLookupError):
+            break
+        time.sleep(0.02)
+    return peak
+
+
 def measure(data, work, args):
     sets = args.set or (["tol=1e-9"] if args.algorithm == "dgmm" else [])
     from streamclust.plugins import PluginHost

@@ -28,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import table  # noqa: E402
-from bench_memory import status_kb  # noqa: E402
+from bench_memory import peak_anon_kb  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FILE_ROWS = 500_000
@@ -38,13 +38,7 @@ def run(cmd):
     """(seconds, peak RssAnon MiB) of a command; fails loudly."""
     t = time.perf_counter()
     p = subprocess.Popen(cmd)
-    peak = 0
-    while p.poll() is None:
-        try:
-            peak = max(peak, status_kb(p.pid, "RssAnon"))
-        except (FileNotFoundError, ProcessLookupError):
-            break
-        time.sleep(0.02)
+    peak = peak_anon_kb(p)
     if p.wait() != 0:
         raise SystemExit(f"failed: {' '.join(cmd)}")
     return time.perf_counter() - t, peak / 1024
