@@ -105,7 +105,8 @@ def test_lambda_grid_and_restarts_pick_the_best_validation_accuracy():
     X, y = _moons(900, noise=0.12, seed=4)
     t = pa.table({"x": pa.FixedSizeListArray.from_arrays(pa.array(X.ravel()), 2), "y": pa.array(y)})
     m = streamclust.fit(t, "slk", 2, features="x", normalize=False, lambda_grid="0.5,2",
-                        validation_labels="y", n_init=2, progress=False, max_epochs=200)
+                        validation_labels="y", n_init=2, grid_search="full", progress=False,
+                        max_epochs=200)
     runs = [r for r in m.history if r.get("run_finished")]
     assert [(r["init"], r["lambda"]) for r in runs] == [(0, 0.5), (0, 2.0), (1, 0.5), (1, 2.0)]
     best = max(runs, key=lambda r: r["validation_acc"])  # first of equals wins, as max does
@@ -113,6 +114,28 @@ def test_lambda_grid_and_restarts_pick_the_best_validation_accuracy():
     assert abs(best["labels_nmi"] - nmi(y, m.labels_)) < 1e-12
     with pytest.raises(ParameterError, match="validation_labels"):
         streamclust.fit(X, "slk", 2, lambda_grid="1,2")
+
+
+def test_grid_screening_tries_the_other_lambdas_on_the_best_start_only():
+    X, y = _moons(900, noise=0.12, seed=4)
+    t = pa.table({"x": pa.FixedSizeListArray.from_arrays(pa.array(X.ravel()), 2), "y": pa.array(y)})
+    kw = dict(features="x", normalize=False, lambda_grid="0.5,1,2", validation_labels="y",
+              progress=False, max_epochs=500)
+    m = streamclust.fit(t, "slk", 2, n_init=3, **kw)  # grid_search="screen", the default
+    runs = [r for r in m.history if r.get("run_finished")]
+    screen = runs[:3]
+    assert [(r["init"], r["lambda"]) for r in screen] == [(0, 0.5), (1, 0.5), (2, 0.5)]
+    first_best = max(screen, key=lambda r: r["validation_acc"])  # first of equals, as the fit
+    assert [(r["init"], r["lambda"]) for r in runs[3:]] == [(first_best["init"], 1.0),
+                                                            (first_best["init"], 2.0)]
+    # each screened run equals the same (start, λ) run of the full search
+    full = streamclust.fit(t, "slk", 2, n_init=3, grid_search="full", **kw)
+    by_key = {(r["init"], r["lambda"]): r for r in full.history if r.get("run_finished")}
+    for r in runs:
+        assert r["discrete_energy"] == pytest.approx(by_key[(r["init"], r["lambda"])]["discrete_energy"],
+                                                     rel=1e-9)
+    best = max(runs, key=lambda r: r["validation_acc"])
+    assert m.best_run_ == best["run"] and m.lambda_value_ == best["lambda"]
 
 
 def test_l2_rows_are_normalised_in_fit_and_in_predict():
