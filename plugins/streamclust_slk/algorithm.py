@@ -18,7 +18,8 @@ A run stops when E changes < ``tol`` relatively (at least 3 iterations), the mod
 or after ``max_outer`` iterations.  Runs: ``n_init`` k-means++ starts × the λ values
 (``lambda_grid``, else ``lambda_``), one after the other; the model keeps the run with the best
 accuracy on the validation rows (``validation_labels``: a ``validation_fraction`` of the labelled
-rows) or, without labels, the lowest E.
+rows) or, without labels, the lowest E.  With labels and a grid, ``grid_search="screen"``
+(default) runs the starts at the grid's first λ only and the other λ on the best start.
 
 Choices where the paper is silent:
 * σ² is the mean squared distance of every row to its ρ graph neighbours (the authors divide by

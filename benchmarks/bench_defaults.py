@@ -1,0 +1,161 @@
+"""Every built-in algorithm with its default settings on the real sets it suits, several seeds,
+beside the peer a user would pick instead, measured in the same run (issue 31).
+
+    python benchmarks/bench_defaults.py [--algorithms dgmm,slk,ncutemb,ism,infex]
+                                        [--sets usps,...] [--seeds 5] [--no-peers]
+                                        [--set ALGO:name=value ...]
+
+For each (algorithm, set): the median and the worst NMI and ACC over the seeds, the median
+seconds of the whole ``streamclust.fit`` (feature cache and kNN graph included), and the same
+for the peer (``random_state`` = the seed).  Nothing is set but k and what the issue names:
+
+* D-GMM and NCutEmb: usps, shuttle (``scale="minmax"``), kdd04_protein (k = the classes);
+  peers ``KMeans(n_init="auto")`` and ``GaussianMixture(covariance_type="spherical")``;
+* SLK: usps, g50c and shuttle; on shuttle the paper's protocol (``scale="minmax"``, λ grid
+  1, 1.5, …, 4 scored on a 10 % validation split of ``y``); peer
+  ``SpectralClustering(affinity="nearest_neighbors", n_neighbors=10)`` up to 20 000 rows;
+* ISM: face_624x20 and webkb_1041x139 with ``given`` only; NMI against the alternative labels,
+  "novelty" = NMI against ``given`` (lower is better), peer KMeans;
+* INFEX: the paper's usps subset (110 per digit of usps_all_11000), k chosen by INFEX; peer
+  KMeans with k = 10.
+
+An algorithm that does not take a seed (ISM, INFEX: deterministic) runs once.  ACC is the
+accuracy of the best one-to-one match of clusters to classes.  ``--set`` overrides a default
+(e.g. ``--set slk:n_init=1`` for the defaults before issue 31) to compare settings.
+"""
+import argparse
+import os
+import sys
+import time
+import warnings
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import SHARED_DATA, table, vector_table  # noqa: E402
+
+import streamclust  # noqa: E402
+from streamclust.model.metrics import accuracy, nmi  # noqa: E402
+
+SHUTTLE_GRID = "1,1.5,2,2.5,3,3.5,4"
+
+
+def load(name):
+    if name in ("face_624x20", "webkb_1041x139"):
+        z = np.load(os.path.join(SHARED_DATA, "ism", name + ".npz"), allow_pickle=False)
+        return z["X"].astype(np.float32), z["y_alt"].astype(np.int64), z["y_given"].astype(np.int64)
+    if name == "usps_subset":
+        z = np.load(os.path.join(SHARED_DATA, "usps_all_11000.npz"), allow_pickle=False)
+        rng = np.random.default_rng(0)
+        idx = np.concatenate([rng.choice(np.flatnonzero(z["y"] == c), 110, replace=False)
+                              for c in range(10)])
+        return z["X"][idx].astype(np.float32), z["y"][idx].astype(np.int64), None
+    z = np.load(os.path.join(SHARED_DATA, name + ".npz"), allow_pickle=False)
+    X = z["X"].astype(np.float32)
+    y = np.unique(z["y"], return_inverse=True)[1].astype(np.int64)
+    return X, y, None
+
+
+def minmax(X):
+    span = np.where(X.max(0) > X.min(0), X.max(0) - X.min(0), 1)
+    return (2 * (X - X.min(0)) / span - 1).astype(np.float32)
+
+
+# (algorithm, set, fit keywords besides the data, k and seed)
+CASES = [("dgmm", "usps", {}), ("dgmm", "shuttle", {"scale": "minmax"}), ("dgmm", "kdd04_protein", {}),
+         ("ncutemb", "usps", {}), ("ncutemb", "shuttle", {"scale": "minmax"}),
+         ("ncutemb", "kdd04_protein", {}),
+         ("slk", "usps", {}), ("slk", "g50c", {}),
+         ("slk", "shuttle", {"scale": "minmax", "lambda_grid": SHUTTLE_GRID, "validation_labels": "y"}),
+         ("ism", "face_624x20", {"given": "given"}), ("ism", "webkb_1041x139", {"given": "given"}),
+         ("infex", "usps_subset", {})]
+SEEDLESS = {"ism", "infex"}
+
+
+def peers(algo, X, y, k, seed):
+    """[(name, labels, seconds)] of the libraries a user would try instead."""
+    from sklearn.cluster import KMeans, SpectralClustering
+    from sklearn.mixture import GaussianMixture
+    out = []
+    todo = [("KMeans(auto)", lambda: KMeans(k, n_init="auto", random_state=seed).fit_predict(X))]
+    if algo in ("dgmm", "ncutemb"):
+        todo.append(("GMM(spherical)", lambda: GaussianMixture(k, covariance_type="spherical",
+                                                               random_state=seed).fit_predict(X)))
+    if algo == "slk" and len(X) <= 20000:
+        todo.append(("SpectralClustering(nn)", lambda: SpectralClustering(
+            k, affinity="nearest_neighbors", n_neighbors=10, random_state=seed).fit_predict(X)))
+    for name, f in todo:
+        t = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            lab = f()
+        out.append((name, lab, time.perf_counter() - t))
+    return out
+
+
+def summary(label, scores, given=None):
+    nmis, accs, secs = zip(*[(s[0], s[1], s[2]) for s in scores])
+    row = [label, round(float(np.median(nmis)), 3), round(min(nmis), 3),
+           round(float(np.median(accs)), 3), round(min(accs), 3), round(float(np.median(secs)), 2)]
+    row.append(round(float(np.median([s[3] for s in scores])), 3) if given is not None else "-")
+    return row
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--algorithms", default="dgmm,slk,ncutemb,ism,infex")
+    ap.add_argument("--sets", default="", help="only these sets (comma-separated)")
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--set", action="append", default=[], help="ALGO:name=value")
+    a = ap.parse_args()
+    overrides = {}
+    for item in a.set:
+        g, _, kv = item.partition(":")
+        name, sep, value = kv.partition("=")
+        if not sep:
+            ap.error(f"--set {item!r}: expected ALGO:name=value")
+        overrides.setdefault(g, {})[name] = value
+    algos = a.algorithms.split(",")
+    sets = set(a.sets.split(",")) if a.sets else None
+    # one untimed fit per algorithm first: numba's compiled kernels load outside the timings
+    rng = np.random.default_rng(0)
+    Xw = rng.normal(size=(300, 3)).astype(np.float32)
+    for g in algos:
+        kw = {"given": "given"} if g == "ism" else {}
+        data = vector_table("x", Xw, y=(Xw[:, 0] > 0).astype(np.int64), given=(Xw[:, 1] > 0).astype(np.int64))
+        streamclust.fit(data, g, None if g == "infex" else 2, features="x", progress=False, **kw)
+    rows = []
+    for algo, name, kw in CASES:
+        if algo not in algos or (sets and name not in sets):
+            continue
+        X, y, given = load(name)
+        k = None if algo == "infex" else len(np.unique(y))
+        cols = {"y": y} if given is None else {"y": y, "given": given}
+        data = vector_table("x", X, **cols)
+        Xp = minmax(X) if kw.get("scale") == "minmax" else X
+        seeds = [0] if algo in SEEDLESS else list(range(a.seeds))
+        ours, theirs = [], {}
+        for seed in seeds:
+            t = time.perf_counter()
+            m = streamclust.fit(data, algo, k, features="x", seed=seed, progress=False,
+                                max_epochs=5000, **{**kw, **overrides.get(algo, {})})
+            s = time.perf_counter() - t
+            lab = np.asarray(m.labels_ if algo == "slk" else m.predict(X))
+            ours.append((nmi(y, lab), accuracy(y, lab), s, nmi(given, lab) if given is not None else 0))
+            print(algo, name, seed, *(round(v, 3) for v in ours[-1]), flush=True, file=sys.stderr)
+            if not a.no_peers:
+                for pname, plab, ps in peers(algo, Xp, y, k or 10, seed):
+                    theirs.setdefault(pname, []).append(
+                        (nmi(y, plab), accuracy(y, plab), ps, nmi(given, plab) if given is not None else 0))
+        label = ", ".join(f"{k}={v}" for k, v in overrides.get(algo, {}).items()) or "defaults"
+        rows.append([f"{name}", *summary(f"{algo} ({label})", ours, given)])
+        for pname, sc in theirs.items():
+            rows.append([name, *summary(pname, sc, given)])
+    print(f"seeds per row: {a.seeds} (ISM and INFEX: 1, deterministic)")
+    table(rows, ["set", "method", "NMI median", "NMI worst", "ACC median", "ACC worst", "s median",
+                 "novelty"])
+
+
+if __name__ == "__main__":
+    main()
