@@ -5,6 +5,7 @@ nearest per searched row (ids, squared distances), to result files that the call
 from __future__ import annotations
 
 import os
+import threading
 
 import numpy as np
 
@@ -27,9 +28,18 @@ def result_paths(directory: str, tag: str, c: int):
     return base + ".ids.npy", base + ".d2.npy"
 
 
+#: numpy reads an .npy header with ``ast.literal_eval``, and CPython 3.11's AST constructor is
+#: not safe in threads (python/cpython#106905: a spurious "SystemError: AST constructor recursion
+#: depth mismatch" when two threads parse at once).  The tasks run in threads, so headers are
+#: read one at a time; the rows themselves are read without the lock.
+_HEADER_LOCK = threading.Lock()
+
+
 def _rows(lists):
     path, lo, hi = lists
-    return np.array(np.load(path, mmap_mode="r")[lo:hi])
+    with _HEADER_LOCK:
+        rows = np.load(path, mmap_mode="r")
+    return np.array(rows[lo:hi])
 
 
 def save_index(index, path: str) -> None:
