@@ -24,8 +24,9 @@ rows) or, without labels, the lowest E.  With labels and a grid, ``grid_search="
 Choices where the paper is silent:
 * σ² is the mean squared distance of every row to its ρ graph neighbours (the authors divide by
   ρ·N with ρ − 1 neighbours per row; not copied).
-* Initial modes: k-means++ seeds on a uniform sample of ``init_sample`` rows; every row goes to
-  its nearest seed; a cluster's first mode is its member with the highest kernel density among
+* Initial modes: k-means++ seeds on a uniform sample of ``init_sample`` rows, the best of
+  ``seedings`` draws (by the validation accuracy of the validation rows' nearest seeds, else by
+  the potential on the sample); every row goes to its nearest seed; a cluster's first mode is its member with the highest kernel density among
   at most ``density_sample`` of its members drawn uniformly.
 * Prediction: a new row's ρ nearest training rows (the saved hnswlib cells) each weigh 1 (the
   average row degree of W is ρ) in z = softmax(a + λ Σ_q z_q), with the training rows' final z.
@@ -84,6 +85,9 @@ class SLK(Algorithm):
                              "compares the starts at the grid's first λ and tries the other λ "
                              "on the best start only; 'full' runs every start at every λ",
                              choices=("screen", "full")),
+        "seedings": Param(10, int, "k-means++ seedings drawn per start; the one whose nearest-seed "
+                          "labels score best on the validation rows (else the lowest potential "
+                          "on the sample) starts the run", at_least(1)),
         "init_sample": Param(20000, int, "rows k-means++ seeds from (0: all rows)",
                              NON_NEGATIVE),
         "density_sample": Param(1000, int, "members per cluster used to pick its first mode",
@@ -222,8 +226,7 @@ class SLK(Algorithm):
         rng = ctx.rng(0x51, init)
         size = self.hyper["init_sample"] or ctx.n_rows
         _, S = ctx.sample(size, stream=init)
-        seeds, evals = kmeanspp(S, L, rng)
-        ctx.count_distances(evals)
+        seeds = self._best_seeding(ctx, S, rng)
         ctx.aggregate(assign_step, (np.asarray(seeds, np.float64),), state=(self._labels,))
         ctx.count_distances(ctx.n_rows * L)
         labels = np.asarray(self._labels[:])
@@ -242,6 +245,32 @@ class SLK(Algorithm):
             ids[l] = members[int(np.exp(-D2 * self._inv2s2).sum(1).argmax())]
         self._inits[init] = ids
         return ids
+
+    def _best_seeding(self, ctx, S, rng) -> np.ndarray:
+        """k-means++ seeds of one start: the best of ``seedings`` draws on the sample ``S`` — by
+        the validation accuracy of the validation rows' nearest seeds when there are validation
+        labels, else by the potential (sum of squared distances to the nearest seed) on ``S``."""
+        L, best, best_score = self.n_clusters, None, -np.inf
+        if self.hyper["seedings"] == 1:
+            seeds, evals = kmeanspp(S, L, rng)
+            ctx.count_distances(evals)
+            return seeds
+        Xv = ctx.take(self._val_ids).astype(np.float64) if self._truth is not None else None
+        for _ in range(self.hyper["seedings"]):
+            seeds, evals = kmeanspp(S, L, rng)
+            ctx.count_distances(evals)
+            P = Xv if Xv is not None else np.asarray(S, np.float64)
+            d2 = (P * P).sum(1)[:, None] - 2 * P @ seeds.T + (seeds * seeds).sum(1)[None, :]
+            ctx.count_distances(len(P) * L)
+            if Xv is not None:
+                table = Contingency(L)
+                table.add_codes(self._truth[self._val_ids], d2.argmin(1))
+                score = table.acc()
+            else:
+                score = -float(np.maximum(d2.min(1), 0).sum())
+            if score > best_score:
+                best, best_score = seeds, score
+        return best
 
     def _next_run(self, ctx) -> None:
         self._run += 1

@@ -10,7 +10,7 @@ import scipy.sparse as sp
 
 import streamclust
 from streamclust.testing import make_blobs
-from streamclust.toolkit import ModelError, ParameterError, nmi
+from streamclust.toolkit import ModelError, ParameterError, accuracy, nmi
 from streamclust_slk import kernels as kn
 
 
@@ -180,8 +180,9 @@ def test_slk_resumes_across_runs_of_a_lambda_grid(tmp_path):
 
 def test_default_starts_reach_nmi_080_on_usps():
     """Issue 31: SLK with its defaults on usps (9298 × 256, k = 10), median NMI of seeds 0-2 at
-    least 0.80.  The defaults' five starts, kept by the lowest discrete energy, reach
-    0.807 / 0.824 / 0.850; one start (the old default) gave 0.807 / 0.703 / 0.747."""
+    least 0.80.  The defaults (five starts kept by the lowest discrete energy, each the best of
+    ten seedings) reach 0.853 / 0.838 / 0.803; one start of one seeding (the old default) gave
+    0.807 / 0.703 / 0.747."""
     path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "shared", "data", "usps.npz")
     if not os.path.exists(path):
         pytest.skip(f"{os.path.normpath(path)} is absent (../shared/data beside the repo)")
@@ -189,3 +190,22 @@ def test_default_starts_reach_nmi_080_on_usps():
         X, y = z["X"].astype(np.float32), z["y"]
     scores = [nmi(y, streamclust.fit(X, "slk", 10, seed=s, progress=False).labels_) for s in range(3)]
     assert np.median(scores) >= 0.80, scores
+
+
+def test_default_seedings_reach_the_paper_on_shuttle():
+    """Issue 31: SLK's defaults under the paper's protocol on shuttle (58000 × 9, k = 7, features
+    scaled to [-1, 1], λ grid 1..4 scored on a 10 % validation split) reach NMI ≥ 0.50 (the
+    issue's goal; the paper's SLK-BO has 0.51) and the paper's ACC 0.71.  Seed 1: the defaults give 0.537 / 0.791; five
+    starts of one seeding each gave 0.392 / 0.583, one start 0.377 / 0.549."""
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "shared", "data", "shuttle.npz")
+    if not os.path.exists(path):
+        pytest.skip(f"{os.path.normpath(path)} is absent (../shared/data beside the repo)")
+    with np.load(path, allow_pickle=False) as z:
+        X, y = z["X"].astype(np.float32), z["y"].astype(np.int64)
+    span = np.where(X.max(0) > X.min(0), X.max(0) - X.min(0), 1)
+    X = (2 * (X - X.min(0)) / span - 1).astype(np.float32)
+    t = pa.table({"x": pa.FixedSizeListArray.from_arrays(pa.array(X.ravel()), X.shape[1]),
+                  "y": pa.array(y)})
+    m = streamclust.fit(t, "slk", 7, features="x", seed=1, lambda_grid="1,1.5,2,2.5,3,3.5,4",
+                        validation_labels="y", max_epochs=5000, progress=False)
+    assert nmi(y, m.labels_) >= 0.50 and accuracy(y, m.labels_) >= 0.71
