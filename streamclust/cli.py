@@ -196,17 +196,21 @@ def fit(data, algorithm, clusters, features, exclude, scale, sets, seed, batch_s
             executor.close()
     path = model.save(out, overwrite=overwrite)
     last = model.history[-1] if model.history else {}
+    # the objective of the model as kept (``objective_``: SLK keeps the best of several runs),
+    # else that of the last epoch
+    objective = getattr(model, "objective_", None)
+    objective = last.get("objective") if objective is None else float(objective)
     info = model.info
     if as_json:
         _print({"algorithm": algorithm, "n_clusters": model.n_clusters, "rows": info["rows"],
                 "rows_skipped": info["rows_skipped"], "features": list(model.feature_spec.columns),
                 "n_features": info["features"], "features_left_out": info.get("features_left_out", {}),
                 "scale": scale, "epochs": info["epochs"], "converged": info["converged"],
-                "objective": last.get("objective"), "seconds": info["seconds"], "out": path}, True)
+                "objective": objective, "seconds": info["seconds"], "out": path}, True)
         return
     click.echo(f"{algorithm}: {model.n_clusters} clusters on {info['rows']} rows × {info['features']} features"
                f" ({info['rows_skipped']} skipped), {info['epochs']} epochs, "
-               f"converged={info['converged']}, objective={last.get('objective', float('nan')):.6g}, "
+               f"converged={info['converged']}, objective={objective if objective is not None else float('nan'):.6g}, "
                f"{info['seconds']:.2f} s -> {path}")
 
 

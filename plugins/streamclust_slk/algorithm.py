@@ -383,6 +383,11 @@ class SLK(Algorithm):
 
     # -- prediction -----------------------------------------------------------------------------
     @property
+    def objective_(self):
+        """The discrete energy E of the kept run (the CLI's summary reports it)."""
+        return self.energy_
+
+    @property
     def cluster_centers_(self):
         """The modes (K-modes' centres; rows as cached: unit-norm under normalize): the name every centroid model shares."""
         return self.modes_
