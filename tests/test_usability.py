@@ -350,3 +350,18 @@ def test_the_command_flushes_and_exits_with_its_code(tmp_path):
     assert r.returncode == 2 and "Missing argument" in r.stderr
     r = subprocess.run([exe, "info", path], capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.splitlines()[-1].startswith("cache_bytes")
+
+
+def test_fit_summary_reports_the_kept_runs_objective(tmp_path):
+    """SLK: of three starts the model keeps the first (lowest E); the CLI's summary reports its E,
+    not the last epoch's (that of the third run)."""
+    X, _ = make_blobs(n=600, k=4, d=3, seed=1, spread=2.5)
+    pq.write_table(pa.table({"x": pa.FixedSizeListArray.from_arrays(pa.array(X.astype(np.float32).ravel()), 3)}),
+                   str(tmp_path / "d.parquet"))
+    code, out = _run(["fit", str(tmp_path / "d.parquet"), "-a", "slk", "-k", "4", "-q",
+                      "--set", "n_init=3", "-o", str(tmp_path / "m"), "--json"])
+    assert code == 0, out
+    m = streamclust.load_model(str(tmp_path / "m"))
+    assert m.best_run_ != m.history[-1]["run"]  # the case this test is about
+    assert json.loads(out)["objective"] == pytest.approx(m.energy_, rel=1e-12)
+    assert m.history[-1]["objective"] != pytest.approx(m.energy_)

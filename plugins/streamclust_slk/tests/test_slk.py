@@ -210,21 +210,3 @@ def test_default_seedings_reach_the_paper_on_shuttle():
                         validation_labels="y", max_epochs=5000, progress=False)
     assert nmi(y, m.labels_) >= 0.50 and accuracy(y, m.labels_) >= 0.71
 
-
-def test_fit_summary_reports_the_kept_runs_objective(tmp_path):
-    """Of three starts the model keeps the first (lowest E); the CLI's summary reports its E,
-    not the last epoch's (that of the third run)."""
-    import json
-    import pyarrow.parquet as pq
-    from click.testing import CliRunner
-    from streamclust.cli import main
-    X, _ = make_blobs(n=600, k=4, d=3, seed=1, spread=2.5)
-    pq.write_table(pa.table({"x": pa.FixedSizeListArray.from_arrays(pa.array(X.astype(np.float32).ravel()), 3)}),
-                   str(tmp_path / "d.parquet"))
-    r = CliRunner().invoke(main, ["fit", str(tmp_path / "d.parquet"), "-a", "slk", "-k", "4", "-q",
-                                  "--set", "n_init=3", "-o", str(tmp_path / "m"), "--json"])
-    assert r.exit_code == 0, r.output
-    m = streamclust.load_model(str(tmp_path / "m"))
-    assert m.best_run_ != m.history[-1]["run"]  # the case this test is about
-    assert json.loads(r.output)["objective"] == pytest.approx(m.energy_, rel=1e-12)
-    assert m.history[-1]["objective"] != pytest.approx(m.energy_)
