@@ -210,7 +210,8 @@ def fit(data, algorithm, clusters, features, exclude, scale, sets, seed, batch_s
         return
     click.echo(f"{algorithm}: {model.n_clusters} clusters on {info['rows']} rows × {info['features']} features"
                f" ({info['rows_skipped']} skipped), {info['epochs']} epochs, "
-               f"converged={info['converged']}, objective={objective if objective is not None else float('nan'):.6g}, "
+               f"converged={info['converged']}, "
+               f"objective={float('nan') if objective is None else objective:.6g}, "
                f"{info['seconds']:.2f} s -> {path}")
 
 

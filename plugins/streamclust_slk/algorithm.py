@@ -26,8 +26,9 @@ Choices where the paper is silent:
   ρ·N with ρ − 1 neighbours per row; not copied).
 * Initial modes: k-means++ seeds on a uniform sample of ``init_sample`` rows, the best of
   ``seedings`` draws (by the validation accuracy of the validation rows' nearest seeds, else by
-  the potential on the sample); every row goes to its nearest seed; a cluster's first mode is its member with the highest kernel density among
-  at most ``density_sample`` of its members drawn uniformly.
+  the potential on the sample); every row goes to its nearest seed; a cluster's first mode is
+  its member with the highest kernel density among at most ``density_sample`` of its members
+  drawn uniformly.
 * Prediction: a new row's ρ nearest training rows (the saved hnswlib cells) each weigh 1 (the
   average row degree of W is ρ) in z = softmax(a + λ Σ_q z_q), with the training rows' final z.
 """
@@ -37,7 +38,7 @@ import numpy as np
 
 from streamclust import Algorithm, Assignment, EpochReport, Param, Requirements
 from streamclust.toolkit import (NON_NEGATIVE, POSITIVE, Contingency, DataError, KNNIndex,
-                                 ParameterError, at_least, in_range, kmeanspp)
+                                 ParameterError, at_least, in_range, kmeanspp, nearest_center)
 
 from . import kernels as kn
 from .passes import (assign_step, bound_step, energy_step, kernel_step, label_step,
@@ -178,7 +179,8 @@ class SLK(Algorithm):
     # -- checkpoints ----------------------------------------------------------------------------
     def checkpoint(self) -> dict:
         keys = sorted(self._inits)
-        st = {"runs": [[int(i), float(lam)] for i, lam in self._runs], "run": self._run, "cur": self._cur, "lam": self._lam, "E": list(self._E),
+        st = {"runs": [[int(i), float(lam)] for i, lam in self._runs], "run": self._run,
+              "cur": self._cur, "lam": self._lam, "E": list(self._E),
               "mode_ids": self.mode_ids_, "modes": self._modes, "init_keys": keys,
               "init_ids": np.array([self._inits[k] for k in keys], np.int64).reshape(len(keys), -1),
               "best": None}
@@ -250,24 +252,23 @@ class SLK(Algorithm):
         """k-means++ seeds of one start: the best of ``seedings`` draws on the sample ``S`` — by
         the validation accuracy of the validation rows' nearest seeds when there are validation
         labels, else by the potential (sum of squared distances to the nearest seed) on ``S``."""
-        L, best, best_score = self.n_clusters, None, -np.inf
-        if self.hyper["seedings"] == 1:
+        L, n_draws = self.n_clusters, self.hyper["seedings"]
+        labelled = self._truth is not None
+        P = (ctx.take(self._val_ids) if labelled else S) if n_draws > 1 else None
+        best, best_score = None, -np.inf
+        for _ in range(n_draws):
             seeds, evals = kmeanspp(S, L, rng)
             ctx.count_distances(evals)
-            return seeds
-        Xv = ctx.take(self._val_ids).astype(np.float64) if self._truth is not None else None
-        for _ in range(self.hyper["seedings"]):
-            seeds, evals = kmeanspp(S, L, rng)
-            ctx.count_distances(evals)
-            P = Xv if Xv is not None else np.asarray(S, np.float64)
-            d2 = (P * P).sum(1)[:, None] - 2 * P @ seeds.T + (seeds * seeds).sum(1)[None, :]
+            if P is None:  # one draw: nothing to compare
+                return seeds
+            nearest, d2 = nearest_center(P, seeds)
             ctx.count_distances(len(P) * L)
-            if Xv is not None:
+            if labelled:
                 table = Contingency(L)
-                table.add_codes(self._truth[self._val_ids], d2.argmin(1))
+                table.add_codes(self._truth[self._val_ids], nearest)
                 score = table.acc()
             else:
-                score = -float(np.maximum(d2.min(1), 0).sum())
+                score = -float(d2.sum())
             if score > best_score:
                 best, best_score = seeds, score
         return best
