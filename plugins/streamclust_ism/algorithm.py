@@ -27,7 +27,9 @@ Choices where the paper is silent (ALGORITHMS.md asks to record them):
   noise directions.
 * Automatic σ (``sigma=0``): ``sigma_scale`` × the median pairwise distance in the projected
   space.  The plain median (``sigma_scale=1``) is a global kernel: it cannot separate two moons
-  (measured: NMI 0.61 on moon_400x4), hence the default 0.1.
+  (measured: NMI 0.61 on moon_400x4), hence the default 0.1.  That local scale shatters diffuse
+  data (the faces, WebKB: NMI 0.02 / 0.01), so the search (search.py) then tries a global scale
+  and unit-length rows, keeping the first clustering that is novel and has no outlier cluster.
 * ``init="grow"`` (default): the subspace grows from q = 1 (the best Taylor direction) one
   direction at a time up to q, each stage converged before the next direction (the smallest
   eigenvector of Φ orthogonal to W) is added; σ is re-chosen for each stage.  A stage below q
@@ -45,12 +47,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from streamclust import Algorithm, Assignment, EpochReport, Param, Requirements
+from streamclust import Algorithm, EpochReport, Param, Requirements
 from streamclust.toolkit import (NON_NEGATIVE, POSITIVE, DataError, ParameterError, at_least,
-                                 kmeans, nearest_center, nmi)
+                                 kmeans, nmi)
 
 from . import kernels as kn
+from . import search
 from . import spectral as sp
+from .model import NystromModel
 
 TOL_W = 1e-4
 
@@ -70,7 +74,7 @@ def _subspace_change(A: np.ndarray, B: np.ndarray) -> float:
     return float(np.sqrt(max(2.0 * c - 2.0 * np.sum((A.T @ B) ** 2), 0.0) / c))
 
 
-class ISM(Algorithm):
+class ISM(NystromModel, Algorithm):
     """Alternative clustering (KDAC) solved with the Iterative Spectral Method on a sample."""
 
     name = "ism"
@@ -84,8 +88,17 @@ class ISM(Algorithm):
                    NON_NEGATIVE),
         "sigma": Param(0.0, float, "kernel bandwidth in the projected space (0: automatic)",
                        NON_NEGATIVE),
-        "sigma_scale": Param(0.1, float, "automatic σ = sigma_scale × median projected distance",
-                             POSITIVE),
+        "sigma_scale": Param(0.1, float, "automatic σ = sigma_scale × median projected distance "
+                             "(the local scale, tried first)", POSITIVE),
+        "search": Param(True, bool, "with sigma=0: try the local and the global scale, on the "
+                        "rows as configured, then on unit-length rows, and keep the first "
+                        "clustering that is novel and has no outlier cluster"),
+        "sigma_global": Param(2.0, float, "the search's global scale: σ = sigma_global × median "
+                              "projected distance", POSITIVE),
+        "max_novelty": Param(0.1, float, "the search keeps a clustering whose NMI against "
+                             "given is at most this", NON_NEGATIVE),
+        "min_share": Param(0.2, float, "the search keeps a clustering whose smallest cluster "
+                           "holds at least this share of n / c rows", NON_NEGATIVE),
         "lambda_": Param(0.0, float, "weight of the novelty term (0: automatic trace ratio)",
                          NON_NEGATIVE),
         "sample_size": Param(2000, int, "rows the fit runs on (uniform sample; all rows if fewer)",
@@ -110,18 +123,15 @@ class ISM(Algorithm):
 
     # -- fitting ----------------------------------------------------------------------------
     def _load_sample(self, ctx):
-        """The sample (a function of the seed and the data), standardised, and its labels."""
+        """The sample (a function of the seed and the data) and its labels."""
         h = self.hyper
         c = self.n_clusters
         ids, Xs = ctx.sample(h["sample_size"])
         n, d = Xs.shape
         if n <= c:
             raise DataError(f"ISM needs more sampled rows ({n}) than clusters ({c})")
-        X = Xs.astype(np.float64)
-        self.mean_ = X.mean(0)
-        std = X.std(0) if h["standardize"] else np.ones(d)
-        self.scale_ = np.where(std > 0, std, 1.0)
-        self._X = (X - self.mean_) / self.scale_
+        self._raw = Xs.astype(np.float64)
+        self._cands = search.candidates(h)
         self.sample_ids_ = ids
         if h["given"]:
             g = np.asarray(ctx.column(h["given"]))[ids]
@@ -138,10 +148,30 @@ class ISM(Algorithm):
             self._codes, self._p = np.zeros(n, np.int64), np.ones(1)
         self._truth = np.asarray(ctx.column(h["truth"]))[ids] if h["truth"] else None
 
+    def _prepare(self):
+        """The sample in the current candidate's geometry: centred and standardised (as
+        configured), or scaled to unit length and centred."""
+        cand = self._cands[self._cand]
+        X = self._raw
+        if cand.unit_rows:
+            X = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-300)
+        self.row_unit_, self._scale = cand.unit_rows, cand.scale
+        self.mean_ = X.mean(0)
+        std = X.std(0) if self.hyper["standardize"] and not cand.unit_rows else np.ones(X.shape[1])
+        self.scale_ = np.where(std > 0, std, 1.0)
+        self._X = (X - self.mean_) / self.scale_
+
     def start(self, ctx):
+        self._cand, self._tried, self._final = 0, [], False
+        self._load_sample(ctx)
+        self._begin()
+
+    def _begin(self):
+        """The spectral embedding at W = I, λ, q and the first subspace for the candidate."""
         h = self.hyper
         c = self.n_clusters
-        self._load_sample(ctx)
+        self._Kt = self._spare = None  # a previous candidate's kernels
+        self._prepare()
         n, d = self._X.shape
         # spectral embedding of the data (W = I) and the automatic λ
         sigma0 = self._auto_sigma(self._X, 1.0) if not h["sigma"] else h["sigma"]
@@ -175,10 +205,17 @@ class ISM(Algorithm):
         return {"W": self.W_, "U": self.U_, "eigenvalues": self.eigenvalues_,
                 "sigma": float(self.sigma_), "lambda_value": float(self.lambda_),
                 "q": int(self.q_), "stage_q": int(self._stage_q), "round": int(self._round),
-                "phi0_eigenvalues": self.phi0_eigenvalues_}
+                "phi0_eigenvalues": self.phi0_eigenvalues_, "candidate": int(self._cand),
+                "tried": np.asarray(self._tried, dtype=np.float64), "final": bool(self._final)}
 
     def restore(self, ctx, state: dict) -> None:
         self._load_sample(ctx)
+        self._cand = int(state.get("candidate", 0))
+        if not 0 <= self._cand < len(self._cands):
+            raise ParameterError(f"ISM checkpoint: candidate {self._cand} of {len(self._cands)}")
+        self._tried = [float(v) for v in np.asarray(state.get("tried", []), dtype=np.float64)]
+        self._final = bool(state.get("final", False))
+        self._prepare()
         W = np.ascontiguousarray(state["W"], dtype=np.float64)
         if W.ndim != 2 or W.shape[0] != self._X.shape[1]:
             raise ParameterError(f"ISM checkpoint: W has shape {W.shape}, expected "
@@ -200,7 +237,7 @@ class ISM(Algorithm):
         """New subspace: choose σ for it, then the U-step there."""
         self.W_ = np.ascontiguousarray(W)
         P = self._X @ self.W_
-        self.sigma_ = self.hyper["sigma"] or self._auto_sigma(P, self.hyper["sigma_scale"])
+        self.sigma_ = self.hyper["sigma"] or self._auto_sigma(P, self._scale)
         self._ustep()
 
     @staticmethod
@@ -293,20 +330,42 @@ class ISM(Algorithm):
         extras = {"q": int(self._stage_q), "sigma": float(self.sigma_),
                   "lambda": float(self.lambda_), "W_change": dW, "U_change": dU,
                   "inner_iterations": inner, "cq": cq, "aq": aq}
+        if len(self._cands) > 1:
+            extras.update(candidate=self._cand, unit_rows=bool(self.row_unit_),
+                          sigma_multiple=float(self._scale))
         converged = False
         if stage_done and final:  # labels and their measures at the end only
             self._ensure_labels()
-            if self._given is not None:
-                extras["novelty"] = nmi(self._given, self.labels_)
+            novelty = nmi(self._given, self.labels_) if self._given is not None else None
+            if novelty is not None:
+                extras["novelty"] = novelty
+            extras["min_share"] = search.min_share(self.labels_, self.n_clusters)
             if self._truth is not None:
                 extras["nmi_truth"] = nmi(self._truth, self.labels_)
             agree = self.predict(self._sample_rows()).labels
             extras["predict_agreement"] = float((agree == self.labels_).mean())
-            converged = True
+            converged = not self._next_candidate(novelty, extras["min_share"])
         elif stage_done:
             self._grow()
         return EpochReport(objective=-obj, converged=converged,
                            rows=len(self._X), extras=extras)
+
+    def _next_candidate(self, novelty, share) -> bool:
+        """After a candidate's fit: move to the next one when this one is not valid (True), or
+        keep it.  When none was valid, the one nearest to validity is fitted again and kept."""
+        if len(self._cands) == 1 or self._final:
+            return False
+        self._tried.append(search.shortfall(novelty, share, self.hyper))
+        if self._tried[-1] == 0.0:
+            return False
+        nxt = self._cand + 1
+        if nxt == len(self._cands):
+            self._final, nxt = True, int(np.argmin(self._tried))
+            if nxt == self._cand:
+                return False
+        self._cand = nxt
+        self._begin()
+        return True
 
     def _sample_rows(self):
         return (self._X * self.scale_ + self.mean_).astype(np.float32)
@@ -324,64 +383,3 @@ class ISM(Algorithm):
         w = np.where(np.abs(self.eigenvalues_) > 1e-300, self.eigenvalues_, 1e-300)
         self.extension_ = U / w
         self.offset_ = (self._Kt @ U).mean(0) / w
-
-    # -- prediction and state -----------------------------------------------------------------
-    def embed(self, X, _buffer=None) -> np.ndarray:
-        """Nyström extension of U to new rows (exact for the sample's own rows).  ``_buffer``: a
-        reusable float64 array of at least len(X) × sample rows for the kernel rows."""
-        P = ((np.asarray(X, dtype=np.float64) - self.mean_) / self.scale_) @ self.W_
-        QT = np.ascontiguousarray(self.projected_.T, dtype=np.float64)
-        m = QT.shape[1]
-        if _buffer is None or _buffer.size < len(P) * m:
-            _buffer = np.empty(len(P) * m)
-        Kt, deg = _buffer[:len(P) * m].reshape(len(P), m), np.empty(len(P))
-        kn.cross_kernel(np.ascontiguousarray(P), QT, 1.0 / (2.0 * self.sigma_ ** 2),
-                        np.ascontiguousarray(self.degree_scale_, dtype=np.float64), Kt, deg)
-        far = deg <= 1e-300
-        E = Kt @ self.extension_ - self.offset_[None, :]
-        if far.any():  # no sample point within reach of the kernel: use the nearest one
-            near, _ = nearest_center(P[far], self.projected_)
-            E[far] = self.U_[near]
-        return E
-
-    PREDICT_ROWS = 512  # rows per Nyström block (512 × 2000 sample rows: 8 MB, reused)
-
-    def predict(self, X, soft=False) -> Assignment:
-        self._ensure_labels()
-        n, step = len(X), self.PREDICT_ROWS
-        labels = np.empty(n, dtype=np.int32)
-        buf = np.empty(min(n, step) * len(self.projected_))
-        for s in range(0, n, step):
-            E = self.embed(X[s:s + step], buf)
-            E /= np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-300)
-            labels[s:s + step], _ = nearest_center(E, self.centers_)
-        return Assignment(labels)
-
-    _ARRAYS = ("mean_", "scale_", "W_", "U_", "eigenvalues_", "degree_scale_", "projected_",
-               "extension_", "offset_", "centers_", "labels_", "sample_ids_", "phi0_eigenvalues_")
-
-    def state(self) -> dict:
-        self._ensure_labels()
-        st = {k.rstrip("_"): getattr(self, k) for k in self._ARRAYS}
-        st.update(sigma=float(self.sigma_), lambda_value=float(self.lambda_), q=int(self.q_))
-        return st
-
-    def set_state(self, state: dict) -> None:
-        for k in self._ARRAYS:
-            setattr(self, k, np.asarray(state[k.rstrip("_")]))
-        self.sigma_ = float(state["sigma"])
-        self.lambda_ = float(state["lambda_value"])
-        self.q_ = int(state["q"])
-        n, d = self.projected_.shape[0], self.mean_.shape[0]
-        c = self.n_clusters
-        q = self.W_.shape[1]  # below q_ when max_epochs stopped the growth early
-        if self.W_.ndim != 2 or not 1 <= q <= self.q_:
-            raise ParameterError(f"ISM state 'W' has shape {self.W_.shape}, expected (d, <= {self.q_})")
-        shapes = {"W_": (d, q), "projected_": (n, q), "extension_": (n, c), "centers_": (c, c),
-                  "degree_scale_": (n,), "offset_": (c,), "scale_": (d,)}
-        for k, shape in shapes.items():
-            if getattr(self, k).shape != shape:
-                raise ParameterError(f"ISM state '{k.rstrip('_')}' has shape "
-                                     f"{getattr(self, k).shape}, expected {shape}")
-        if not (np.isfinite(self.sigma_) and self.sigma_ > 0):
-            raise ParameterError("ISM state: sigma must be finite and > 0")
