@@ -45,6 +45,8 @@ Choices where the paper is silent (ALGORITHMS.md asks to record them):
 """
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 from streamclust import Algorithm, EpochReport, Param, Requirements
@@ -57,6 +59,7 @@ from . import spectral as sp
 from .model import NystromModel
 
 TOL_W = 1e-4
+log = logging.getLogger("streamclust.ism")
 
 
 
@@ -98,7 +101,8 @@ class ISM(NystromModel, Algorithm):
         "max_novelty": Param(0.1, float, "the search keeps a clustering whose NMI against "
                              "given is at most this", NON_NEGATIVE),
         "min_share": Param(0.2, float, "the search keeps a clustering whose smallest cluster "
-                           "holds at least this share of n / c rows", NON_NEGATIVE),
+                           "holds at least this share of n / c rows",
+                           (lambda v: 0.0 <= v <= 1.0, "must be between 0 and 1")),
         "lambda_": Param(0.0, float, "weight of the novelty term (0: automatic trace ratio)",
                          NON_NEGATIVE),
         "sample_size": Param(2000, int, "rows the fit runs on (uniform sample; all rows if fewer)",
@@ -356,13 +360,20 @@ class ISM(NystromModel, Algorithm):
         if len(self._cands) == 1 or self._final:
             return False
         self._tried.append(search.shortfall(novelty, share, self.hyper))
+        said = search.describe(self._cands, self._cand, novelty, share)
         if self._tried[-1] == 0.0:
+            log.info("ism: kept %s", said)
             return False
         nxt = self._cand + 1
         if nxt == len(self._cands):
             self._final, nxt = True, int(np.argmin(self._tried))
+            log.warning("ism: no candidate is novel with no outlier cluster (max_novelty %g, "
+                        "min_share %g); keeping candidate %d, the nearest", self.hyper["max_novelty"],
+                        self.hyper["min_share"], nxt + 1)
             if nxt == self._cand:
                 return False
+        else:
+            log.info("ism: rejected %s", said)
         self._cand = nxt
         self._begin()
         return True

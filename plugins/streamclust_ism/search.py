@@ -55,3 +55,12 @@ def shortfall(novelty: float | None, share: float, hyper: dict) -> float:
         max(hyper["max_novelty"], 1e-12)
     under = max(hyper["min_share"] - share, 0.0) / max(hyper["min_share"], 1e-12)
     return over + under
+
+
+def describe(cands: list[Candidate], i: int, novelty: float | None, share: float) -> str:
+    """One line on candidate i's outcome, for the log."""
+    c = cands[i]
+    rows = "unit-length rows" if c.unit_rows else "rows as configured"
+    nov = "" if novelty is None else f"novelty {novelty:.3f}, "
+    return (f"candidate {i + 1} of {len(cands)} ({rows}, sigma {c.scale:g} x median): "
+            f"{nov}smallest cluster {share:.2f} of n/c")

@@ -258,15 +258,16 @@ def test_automatic_settings_find_the_alternative_on_real_data(name, kept, goal, 
 
 
 def test_search_keeps_the_candidate_nearest_to_validity_when_none_is_valid():
-    """No clustering can have its smallest cluster above n / c: every candidate fails, and the
-    one with the smallest shortfall, computed here from the history, is fitted again and kept."""
-    X, yg, ya = moons_and_gaussians(300, 1, seed=4)
-    m = streamclust.fit(_table(X, yg), "ism", 2, given="given", min_share=1.5, max_novelty=0.0,
+    """No clustering of the faces is perfectly balanced and independent of identity: every
+    candidate fails, and the one with the smallest shortfall, computed here from the history,
+    is fitted again and kept."""
+    X, yg, ya = _ism_set("face_624x20")
+    m = streamclust.fit(_table(X, yg), "ism", 4, given="given", min_share=1.0, max_novelty=0.0,
                         progress=False)
     ends = _ends(m.history)
     assert [h["candidate"] for h in ends[:4]] == [0, 1, 2, 3]
-    short = [(1.5 - h["min_share"]) / 1.5 + h["novelty"] / 1e-12 * (h["novelty"] > 0)
-             for h in ends[:4]]
+    assert all(h["novelty"] > 0 for h in ends)
+    short = [1.0 - h["min_share"] + h["novelty"] / 1e-12 for h in ends[:4]]
     best = int(np.argmin(short))
     assert ends[-1]["candidate"] == best and len(ends) == 4 + (best != 3)
     assert ends[-1]["min_share"] == ends[best]["min_share"]
