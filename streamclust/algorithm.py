@@ -151,6 +151,15 @@ class Algorithm:
     def requirements(self) -> Requirements:
         return Requirements()
 
+    def memory(self, n_rows: int, n_features: int) -> list:
+        """What the algorithm holds in memory at once beyond one batch, the engine's sample or
+        coreset and the kNN graph: ``(bytes, what, parameter)`` triples estimated from the
+        hyper-parameters before any pass (``n_rows``: the rows of the data, or the declared
+        sample / coreset size when the source does not know them).  The engine adds them to the
+        rest and stops a fit that cannot fit in ``memory_limit`` with one line naming the
+        largest part and the parameter that lowers it.  Default: nothing worth counting."""
+        return []
+
     def start(self, ctx) -> None:
         raise NotImplementedError
 

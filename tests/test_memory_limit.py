@@ -93,3 +93,35 @@ def test_a_small_budget_makes_smaller_cells_and_the_same_quality(tmp_path):
         return np.mean([len(set(a) & set(b)) / 5 for a, b in zip(ids[sample], exact)])
     default = streamclust.knn_graph(X, 5, batch_size=1024, threads=2)  # 2 cells of 10 000
     assert recall(g.ids) >= recall(default.ids) - 0.01 and recall(g.ids) >= 0.95
+
+
+def test_what_an_algorithm_holds_is_counted_before_any_pass(tmp_path):
+    """ISM's n × n kernels on its sample (``Algorithm.memory``): a sample too large for the
+    budget stops the fit before the cache is written, naming the parameter and the total
+    (counted here by hand: the process, a batch, the sample as kept, four kernels)."""
+    X, y = make_blobs(n=3000, k=3, d=8, seed=0)
+    work = str(tmp_path / "w")
+    n, d = 3000, 8
+    need = BASELINE + batch_bytes(n, d) + n * (8 * d + 8) + 4 * n * n * 8 + 3 * n * d * 8
+    limit = need - (1 << 20)
+    with pytest.raises(ParameterError, match="ISM's four n × n kernels on 3000 sampled rows") as e:
+        streamclust.fit(X, "ism", 3, sample_size=5000, work_dir=work, memory_limit=limit,
+                        progress=False)
+    assert f"need about {need / (1 << 20):.0f} MiB" in str(e.value)
+    assert str(e.value).endswith("lower sample_size") and "\n" not in str(e.value)
+    assert not os.path.exists(os.path.join(work, "features.f32"))
+    m = streamclust.fit(X, "ism", 3, sample_size=5000, memory_limit=need + (1 << 20),
+                        progress=False, search=False)  # fits with a MiB to spare
+    assert len(m.predict(X)) == n
+
+
+def test_infex_master_rows_are_counted_with_their_columns():
+    """INFEX whose rows start as columns holds m × m log-responses: refused under a budget
+    that fits the same master with its columns capped by ``starts``."""
+    X, _ = make_blobs(n=4000, k=3, d=4, seed=2)
+    kw = dict(coreset_size=4000, bandwidth=1.0, max_epochs=1, progress=False)
+    with pytest.raises(ParameterError, match="INFEX's master on 4000 rows × 4000 columns.*"
+                                             "lower coreset_size"):
+        streamclust.fit(X, "infex", memory_limit="600MB", init="rows", **kw)
+    m = streamclust.fit(X, "infex", memory_limit="600MB", init="empty", **kw)
+    assert m.n_clusters >= 1

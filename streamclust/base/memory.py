@@ -74,3 +74,27 @@ def cell_row_bytes(n_features: int, M: int, k: int) -> int:
     """One row of a kNN cell in memory: its features gathered and in the hnswlib index (links,
     label), and its answers while merging (2k neighbours when appending)."""
     return 8 * n_features + 8 * M + 24 * k + 64
+
+
+def summary_parts(sample: int, coreset: int, n_rows: int | None, n_features: int) -> list:
+    """The engine's declared summaries as ``(bytes, what, parameter)``: a sample kept as read
+    (float32) and handed out as a copy; a coreset's rows and weights (float64)."""
+    parts = []
+    if sample:
+        s = min(sample, n_rows or sample)
+        parts.append((s * (8 * n_features + 8), f"the sample of {s} rows", "the sample size"))
+    if coreset:
+        m = min(coreset, n_rows or coreset)
+        parts.append((m * (8 * n_features + 16), f"the coreset of {m} rows", "coreset_size"))
+    return parts
+
+
+def check_parts(limit: int, batch_size: int, n_features: int, parts: list) -> None:
+    """One line when the process, a batch and ``parts`` (``(bytes, what, parameter)``) cannot
+    fit in ``limit``: the total, and the largest part with the parameter that lowers it."""
+    need = BASELINE + batch_bytes(batch_size, n_features) + sum(int(p[0]) for p in parts)
+    if parts and need > limit:
+        size, what, param = max(parts, key=lambda p: p[0])
+        raise ParameterError(
+            f"memory_limit {mib(limit)} is too small: the process, one batch and {what} "
+            f"({mib(size)}) need about {mib(need)}; raise memory_limit or lower {param}")

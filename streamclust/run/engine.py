@@ -259,7 +259,7 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
     log.info("%s: %s", d.source.name, describe_features(d.spec, d.left_out))
     rows = d.n_rows  # a batch never holds more rows than the data (None: not known up front)
     knn_options = _budget(memory_limit, algo, d.n_features,
-                          min(batch_size, rows) if rows else batch_size, knn_options)
+                          min(batch_size, rows) if rows else batch_size, knn_options, rows)
     executor = _executor(executor, client)
     if resume and (work_dir is None or not algo.can_resume()):
         raise ParameterError("resume needs the work_dir of the interrupted run" if work_dir is None
@@ -278,13 +278,18 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
         return _finish(st, _loop(st, first, max_epochs, host), host)
 
 
-def _budget(memory_limit, algo, n_features, batch_size, knn_options):
-    """The memory budget checked before any pass (one batch; the kNN graph's cells when the
-    algorithm needs one); the graph's options with the budget."""
-    from ..base.memory import budget, check_batches
+def _budget(memory_limit, algo, n_features, batch_size, knn_options, rows=None):
+    """The memory budget checked before any pass: one batch; beside it the declared sample or
+    coreset and what the algorithm holds (``Algorithm.memory``); the kNN graph's cells when
+    the algorithm needs one (built before the algorithm starts); the graph's options."""
+    from ..base.memory import budget, check_batches, check_parts, summary_parts
     limit = budget(memory_limit)
     check_batches(limit, batch_size, n_features)
-    k = algo.requirements().knn
+    req = algo.requirements()
+    check_parts(limit, batch_size, n_features,
+                summary_parts(req.sample, req.coreset, rows, n_features)
+                + list(algo.memory(rows or max(req.sample, req.coreset), n_features)))
+    k = req.knn
     opts = dict(knn_options or {})
     if k:
         from ..base.threads import n_threads
