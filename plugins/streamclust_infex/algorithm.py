@@ -107,8 +107,8 @@ class INFEX(Algorithm):
         """The master's first round: log-responses of m master rows to R columns, the scaled
         copy and the Newton step's weighted copy (3 m R), the Hessian and the QP's (2 R²);
         R = m when the rows start as columns, else at most ``starts`` (later rounds grow with
-        the columns kept).  Measured: m = R = 4 000 held 551 MiB above the process (this
-        estimate: 610 MiB)."""
+        the columns kept).  Measured: m = R = 4 000 held at least 551 MiB above the process in
+        its first round (stopped there; this estimate: 610 MiB)."""
         h = self.hyper
         m = min(h["coreset_size"] or min(n_rows, h["max_master_rows"]), n_rows)
         R = m if self._init() == "rows" else min(h["starts"], m)
