@@ -9,7 +9,8 @@ The fits, with default settings unless ``--set`` says otherwise:
 
 * ``slk``: k = 10 (its kNN graph, 5 neighbours, is built in the fit); NMI of the fit's own
   labels of the rows (the model's ``labels``), not of a second pass through ``predict``;
-* ``ncutemb``: k = 10 (graph of 10 neighbours in the fit);
+* ``ncutemb``: k = 10 (its graph, each row's 10 nearest among a uniform sample of 200 000
+  rows (``reference_rows``), is built in the fit);
 * ``dgmm``: k = 100 (NMI against the 10 digits is then low by construction: it is reported for
   the comparison between sizes);
 * ``infex``: on a weighted coreset (``coreset_size=20000``), choosing its own k;

@@ -67,6 +67,9 @@ class Requirements:
     ``knn`` (> 0) asks for the k-nearest-neighbour graph of the rows: the engine builds it (or
     reuses / extends the one in the work directory) before ``start`` and serves it as ``ctx.knn``
     (:class:`streamclust.KNNGraph`) and ``ctx.knn_index()`` (:class:`streamclust.graph.knn.KNNIndex`).
+    ``knn_reference`` (> 0) searches those neighbours among a uniform sample of that many rows
+    (the kNN option ``reference_rows``; a user's ``knn_options`` take precedence), so that the
+    graph's reach does not shrink as the data grow.
     ``transform`` (``"l2"``: unit-norm rows) is applied by the engine to the cached rows and by the
     model to the rows given to ``predict``."""
 
@@ -75,6 +78,7 @@ class Requirements:
     knn: int = 0
     transform: str = ""
     sample: int = 0
+    knn_reference: int = 0
 
 
 @dataclass

@@ -337,8 +337,10 @@ def sweep(data, algorithm, ks, sample, seeds, features, exclude, scale, sets, se
               help="Memory the graph may use, e.g. 4GB or 512MiB (default: half the memory "
                    "available); the cells are sized to fit it.")
 @click.option("--workers", type=click.IntRange(1, 10_000), default=None, help="Workers of --scheduler local (default 2).")
+@click.option("--reference-rows", type=click.IntRange(0, 2**40), default=0, show_default=True,
+              help="Search each row's neighbours among a uniform sample of this many rows (0: all rows).")
 def graph(data, neighbors, features, exclude, scale, out, cell_rows, ef, m, batch_size, scheduler,
-          workers, memory_limit):
+          workers, memory_limit, reference_rows):
     """Build the kNN graph of DATA (ids N×k int64, distances N×k float32) into --out."""
     import os
     import time
@@ -352,7 +354,7 @@ def graph(data, neighbors, features, exclude, scale, out, cell_rows, ef, m, batc
         g = knn_graph(data, neighbors, features=_split(features), exclude=_split(exclude),
                       scale=scale, work_dir=out,
                       batch_size=batch_size, cell_rows=cell_rows, ef=ef, M=m, executor=executor,
-                      memory_limit=memory_limit)
+                      memory_limit=memory_limit, reference_rows=reference_rows)
     finally:
         if executor is not None:
             executor.close()

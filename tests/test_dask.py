@@ -105,6 +105,18 @@ def test_graph_built_on_workers_equals_the_local_build_and_appends_alike(dask_ex
     np.testing.assert_array_equal(np.load(os.path.join(out, "knn", "graph_ids.npy")), ref.ids)
 
 
+def test_reference_graph_built_on_workers_equals_the_local_build(dask_executor, tmp_path):
+    X, _ = make_blobs(n=3000, k=6, d=8, seed=5, spread=1.0)
+    data = write_parquet_dir(str(tmp_path / "d"), X.astype(np.float32), files=3)
+    opts = dict(features="embedding", min_cell_rows=100, threads=3, cell_rows=200, batch_size=256,
+                reference_rows=700)
+    g = {name: streamclust.knn_graph(data, 5, work_dir=str(tmp_path / name), executor=ex, **opts)
+         for name, ex in (("local", None), ("dask", dask_executor))}
+    np.testing.assert_array_equal(g["dask"].ids, g["local"].ids)
+    np.testing.assert_array_equal(g["dask"].distances, g["local"].distances)
+    assert len(np.unique(g["dask"].ids)) <= 700
+
+
 def test_numba_threads_are_a_share_of_each_machine(dask_executor):
     shares = dask_executor.shares()
     workers = dask_executor.client.scheduler_info()["workers"]

@@ -214,3 +214,72 @@ def test_knn_index_query_of_new_rows_in_memory_and_on_demand(tmp_path):
     assert all(isinstance(s, str) for s in lazy.shards) and lazy.n_rows == 1000
     np.testing.assert_array_equal(lazy.query(X[1000:], 5)[0], ids)
     assert len(lazy._loaded) <= 8
+
+
+def _reference(work):
+    return np.load(os.path.join(work, "knn", "reference.npy"))
+
+
+def test_reference_rows_find_the_nearest_rows_of_a_uniform_sample(tmp_path):
+    """``reference_rows=m``: each row's k nearest among m rows sampled uniformly, against brute
+    force over that sample; the sample is fixed by the seed and every neighbour is in it."""
+    X, _ = make_blobs(n=3000, k=6, d=8, seed=7, spread=1.0)
+    X = X.astype(np.float32)
+    work = str(tmp_path / "w")
+    opts = dict(work_dir=work, cell_rows=250, threads=2, batch_size=256)
+    g = streamclust.knn_graph(X, 5, reference_rows=600, **opts)
+    ref = _reference(work)
+    assert len(ref) == 600 and len(np.unique(ref)) == 600 and (np.diff(ref) > 0).all()
+    ids = np.asarray(g.ids)
+    assert np.isin(ids, ref).all() and (ids != np.arange(3000)[:, None]).all()
+    D = ((X[:, None, :].astype(np.float64) - X[ref][None]) ** 2).sum(2)
+    D[ref, np.arange(600)] = np.inf  # a sampled row is not its own neighbour
+    exact = ref[np.argsort(D, axis=1, kind="stable")[:, :5]]
+    assert _recall(ids, exact) >= 0.99
+    own = np.linalg.norm(X[:, None, :] - X[ids], axis=2)
+    np.testing.assert_allclose(g.distances, own, rtol=1e-4, atol=1e-4)
+    # uniform: the sample's share of each half of the rows is about a half (binomial sd 12)
+    assert abs(int((ref < 1500).sum()) - 300) < 50
+    other = str(tmp_path / "other")
+    g2 = streamclust.knn_graph(X, 5, reference_rows=600, **dict(opts, work_dir=other))
+    np.testing.assert_array_equal(g2.ids, g.ids)
+    np.testing.assert_array_equal(_reference(other), ref)
+    g3 = streamclust.knn_graph(X, 5, reference_rows=600, **dict(opts, work_dir=str(tmp_path / "s"),
+                                                                   seed=1))
+    assert not np.array_equal(_reference(str(tmp_path / "s")), ref)
+    assert g3.status == "built"
+
+
+def test_reference_rows_of_at_least_the_data_is_the_ordinary_graph(tmp_path):
+    X, _ = make_blobs(n=800, k=4, d=6, seed=2)
+    data = write_parquet_dir(str(tmp_path / "d"), X)
+    work = str(tmp_path / "w")
+    opts = dict(work_dir=work, features="embedding")
+    g1 = streamclust.knn_graph(data, 4, **opts)
+    g2 = streamclust.knn_graph(data, 4, reference_rows=800, **opts)
+    assert g2.status == "reused"  # the same graph: reused, not built again
+    np.testing.assert_array_equal(g1.ids, g2.ids)
+    g3 = streamclust.knn_graph(data, 4, reference_rows=400, **opts)
+    assert g3.status == "built" and len(np.unique(g3.ids)) <= 400
+    with pytest.raises(ParameterError, match="reference_rows must exceed n_neighbors"):
+        streamclust.knn_graph(X, 4, reference_rows=3)
+
+
+def test_appended_rows_are_searched_among_the_same_reference_rows(tmp_path):
+    X, _ = make_blobs(n=3300, k=6, d=8, seed=5, spread=1.0)
+    X = X.astype(np.float32)
+    data = write_parquet_dir(str(tmp_path / "d"), X, files=11)
+    later = sorted(os.listdir(data))[-1]
+    os.rename(os.path.join(data, later), str(tmp_path / "held-back.parquet"))
+    work = str(tmp_path / "w")
+    opts = dict(work_dir=work, features="embedding", cell_rows=250, threads=2, batch_size=256,
+                reference_rows=500)
+    g1 = streamclust.knn_graph(data, 5, **opts)
+    old, n1, ref = np.array(g1.ids), len(g1.ids), _reference(work)
+    os.rename(str(tmp_path / "held-back.parquet"), os.path.join(data, later))
+    g2 = streamclust.knn_graph(data, 5, **opts)
+    assert g2.status == "appended" and len(g2.ids) == 3300
+    np.testing.assert_array_equal(_reference(work), ref)
+    np.testing.assert_array_equal(g2.ids[:n1], old)  # old rows keep their lists
+    D = ((X[n1:, None, :].astype(np.float64) - X[ref][None]) ** 2).sum(2)
+    assert _recall(g2.ids[n1:], ref[np.argsort(D, axis=1, kind="stable")[:, :5]]) >= 0.99

@@ -21,8 +21,11 @@ Scale = namedtuple("Scale", "mean inv_std")
 #: random-pair steps; ``xi`` the slack of the hard or capped balance (``soft``: 0 hard, 1 soft,
 #: 2 capped); ``rounds`` neighbour rounds per row;
 #: ``seed`` / ``epoch`` the random streams; ``n_clusters``; ``l2`` the weight decay per row
-#: (× lr); ``cs``: the multiclass hinge of Crammer & Singer instead of one-vs-rest
-Config = namedtuple("Config", "mode soft lr eta_pos eta_neg xi rounds seed epoch n_clusters l2 cs redirect")
+#: (× lr); ``cs``: the multiclass hinge of Crammer & Singer instead of one-vs-rest; ``draws``
+#: the draws of the earlier epochs and ``decay`` the draws after which the rate has halved (the
+#: rate of the draw at position p is lr / (1 + (draws + p) / decay); 0: constant)
+Config = namedtuple("Config", "mode soft lr eta_pos eta_neg xi rounds seed epoch n_clusters l2 cs "
+                    "redirect draws decay")
 #: the balancing memory: the last N predicted classes (``ring``, -1: empty), their counts per
 #: class, the ring's next slot (``pos[0]``) and the epoch's sums (``sums``: loss, neighbour steps,
 #: steps skipped by balancing, random-pair steps) and the classes chosen this epoch (``chosen``)
@@ -329,11 +332,11 @@ def sgd_block(n, start, pairs, net, scale, cfg, bal):
     fi, fj, g = np.empty(C), np.empty(C), np.empty(C)
     s = rng_init(cfg.seed, 0x4E43 + cfg.epoch, start)
     key = np.uint64(rng_init(cfg.seed, 0x5045 + cfg.epoch, 0))
-    shrink = 1.0 - cfg.lr * cfg.l2
     for p in range(start, start + n):
         r = permuted(p, N, key)
+        lr = cfg.lr / (1.0 + (cfg.draws + p) / cfg.decay) if cfg.decay > 0.0 else cfg.lr
         if cfg.l2 > 0.0:
-            decay(net, shrink)
+            decay(net, 1.0 - lr * cfg.l2)
         _standardise(pairs.X[r], scale, xi_)
         for _ in range(cfg.rounds):
             # (1) a neighbour pair
@@ -351,7 +354,7 @@ def sgd_block(n, start, pairs, net, scale, cfg, bal):
                         if allow == 0.0:
                             bal.sums[2] += 1.0
                             continue
-                        step = cfg.lr * eta * allow
+                        step = lr * eta * allow
                         bal.sums[0] += _take_step(net, xi_, h, fi, g, dh, c, step, cfg.cs, True)
                         bal.sums[0] += _take_step(net, xj_, h2, fj, g, dh, c, step, cfg.cs, False)
                         bal.sums[1] += 1.0
@@ -379,7 +382,7 @@ def sgd_block(n, start, pairs, net, scale, cfg, bal):
                     if allow == 0.0:
                         bal.sums[2] += 1.0
                     else:
-                        step = cfg.lr * cfg.eta_pos * allow
+                        step = lr * cfg.eta_pos * allow
                         bal.sums[0] += _take_step(net, xi_, h, fi, g, dh, c, step, cfg.cs, True)
                         bal.sums[0] += _take_step(net, xj_, h2, fj, g, dh, c, step, cfg.cs, False)
                         bal.sums[1] += 1.0
@@ -389,7 +392,7 @@ def sgd_block(n, start, pairs, net, scale, cfg, bal):
             if kk != r and cfg.eta_neg > 0.0:
                 _standardise(pairs.X[kk], scale, xk_)
                 forward(net, xk_, h2, fj)
-                _push_away(net, xi_, h, fi, g, dh, predicted(fj), cfg.lr * cfg.eta_neg, cfg.cs)
+                _push_away(net, xi_, h, fi, g, dh, predicted(fj), lr * cfg.eta_neg, cfg.cs)
                 bal.sums[3] += 1.0
     return s
 

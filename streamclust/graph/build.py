@@ -23,7 +23,8 @@ import numpy as np
 
 from .cells import (assign, assigned_pairs, bucket, coarse_centres, count_pairs, insert_rows,
                     join_new, n_cells, probe_pairs, reverse_edges)
-from .tasks import build_cell, read_result, search_cell
+from ..base.atomic import atomic_save_npy
+from .tasks import build_cell, read_result, reference_path, search_cell
 
 log = logging.getLogger("streamclust")
 
@@ -47,9 +48,10 @@ def _lists(path_ids, path_d2, shape):
     return ids, d2
 
 
-def _centres(X, n, settings, nt, assigned, batch_size):
-    """Centres with no empty cell, and the rows per cell (``assigned`` filled)."""
-    count = n_cells(n, settings["cell_rows"], nt, settings["min_cell_rows"])
+def _centres(X, n, settings, nt, assigned, batch_size, indexed=0):
+    """Centres with no empty cell, and the rows per cell (``assigned`` filled); the cells are
+    sized by the rows they index (``indexed``: the reference rows, when not all)."""
+    count = n_cells(indexed or n, settings["cell_rows"], nt, settings["min_cell_rows"])
     centres = coarse_centres(X, n, count, settings["seed"])
     while True:
         counts = assign(X, 0, n, centres, assigned, batch_size)
@@ -75,8 +77,11 @@ def _search_cells(ctx, lists_out, first, assigned, start, stop, kq):
     probes = np.load(path, mmap_mode="r")
     target = (np.asarray(ids), np.asarray(d2))
     for c in sorted(cells):  # merged in cell order: the same lists whatever ran first
-        rows = np.array(probes[offsets[c]:offsets[c + 1]]) - first
-        insert_rows(target, rows, read_result(d, "probe", c))
+        res = read_result(d, "probe", c)
+        for a, b in _chunks(offsets[c], offsets[c + 1], bs):
+            lo, hi = a - offsets[c], b - offsets[c]
+            insert_rows(target, np.array(probes[a:b]) - first,
+                        (np.asarray(res[0][lo:hi]), np.asarray(res[1][lo:hi])))
     if ctx["progress"]:
         ctx["progress"](stop - start)
     return int(counts.sum())
@@ -96,8 +101,15 @@ def _own_cells(ctx, lists_out, first, assigned, start, stop, counts, kq, extend)
     members = np.load(path, mmap_mode="r")
     ids, d2 = lists_out
     for c in cells:
-        rows = np.array(members[offsets[c]:offsets[c + 1]]) - first
-        ids[rows], d2[rows] = read_result(d, "own", c)
+        res = read_result(d, "own", c)
+        for a, b in _chunks(offsets[c], offsets[c + 1], bs):
+            rows = np.array(members[a:b]) - first
+            ids[rows], d2[rows] = res[0][a - offsets[c]:b - offsets[c]], res[1][a - offsets[c]:b - offsets[c]]
+
+
+def _chunks(start, stop, size):
+    for a in range(int(start), int(stop), size):
+        yield a, min(int(stop), a + size)
 
 
 def full_build(ctx, out):
@@ -106,7 +118,11 @@ def full_build(ctx, out):
     X, n, k, d = ctx["X"], ctx["n"], ctx["settings"]["k"], ctx["directory"]
     assigned = np.lib.format.open_memmap(os.path.join(d, "scratch_assign.npy"), "w+", np.int32, (n,))
     t = time.perf_counter()
-    centres, counts = _centres(X, n, ctx["settings"], ctx["nt"], assigned, ctx["batch_size"])
+    m = ctx["settings"].get("reference_rows", 0)
+    if m:  # a uniform sample of m rows is indexed, every row searched among them
+        ref = np.sort(np.random.default_rng([ctx["settings"]["seed"], 0x726566]).choice(n, m, replace=False))
+        atomic_save_npy(reference_path(d), ref)
+    centres, counts = _centres(X, n, ctx["settings"], ctx["nt"], assigned, ctx["batch_size"], m)
     ctx["centres"] = centres
     lists = _lists(*out, (n, k))
     t1 = time.perf_counter()
@@ -139,13 +155,16 @@ def extend_build(ctx, out, old_graph, n_old, old_counts):
     for s in range(0, n_old, bs):
         e = min(n_old, s + bs)
         ids[s:e], d2[s:e] = old_graph[0][s:e], np.square(old_graph[1][s:e])
-    reverse_edges((np.asarray(ids), np.asarray(d2)), (np.asarray(new[0]), np.asarray(new[1])),
-                  n_old, n_old)
+    reference = ctx["settings"].get("reference_rows", 0)
+    if not reference:  # with reference rows new rows are not indexed: old rows keep their lists
+        reverse_edges((np.asarray(ids), np.asarray(d2)), (np.asarray(new[0]), np.asarray(new[1])),
+                      n_old, n_old)
     for s in range(0, n - n_old, bs):
         e = min(n - n_old, s + bs)
         ids[n_old + s:n_old + e], d2[n_old + s:n_old + e] = new[0][s:e, :k], new[1][s:e, :k]
     del new
-    join_new(np.asarray(X), (np.asarray(ids), np.asarray(d2)), n_old)
+    if not reference:
+        join_new(np.asarray(X), (np.asarray(ids), np.asarray(d2)), n_old)
     _finish((ids, d2))
     return counts
 

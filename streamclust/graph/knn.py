@@ -45,7 +45,8 @@ KNN_DIR = "knn"
 META = "knn.json"
 #: settings that must match for a graph to be reused or extended
 _KEY = ("n_features", "k", "M", "ef_construction", "ef", "cell_rows", "min_cell_rows", "max_probes",
-        "seed", "threads", "layout")
+        "seed", "threads", "layout", "reference_rows")
+_KEY_DEFAULTS = {"reference_rows": 0}  # the value of a key graphs written before it had
 _LAYOUT = "cells-1"  # graphs of the earlier sharded layout are rebuilt
 
 
@@ -143,18 +144,22 @@ def _settings(cache, n_neighbors, options, executor, batch_size):
             warnings.warn(f"kNN option {old!r} is now {new!r}", FutureWarning, stacklevel=4)
             options.setdefault(new, options.pop(old))
     o = dict(cell_rows=50_000, M=16, ef_construction=100, ef=0, seed=0, threads=-1,
-             min_cell_rows=10_000, max_probes=2, memory_limit=None)
+             min_cell_rows=10_000, max_probes=2, memory_limit=None, reference_rows=0)
     unknown = set(options) - set(o)
     if unknown:
         raise ParameterError(f"unknown kNN option(s) {sorted(unknown)}; known: {sorted(o)}")
     o.update(options)
     for name, low in (("cell_rows", 1), ("M", 2), ("ef_construction", 1), ("min_cell_rows", 1),
-                      ("max_probes", 0), ("ef", 0)):
+                      ("max_probes", 0), ("ef", 0), ("reference_rows", 0)):
         v = o[name]
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
             raise ParameterError(f"{name} must be an integer >= {low}, got {v!r}")
     if k >= n:
         raise DataError(f"{n} rows: cannot find {k} neighbours per row (need at least k + 1 rows)")
+    reference = int(o["reference_rows"]) if o["reference_rows"] < n else 0  # 0: every row
+    if reference and k >= reference:
+        raise ParameterError(f"reference_rows must exceed n_neighbors = {k} (a row's neighbours "
+                             f"are searched among that many rows), got {reference}")
     threads = o["threads"]
     if getattr(executor, "distributed", False) and not (threads and threads > 0):
         threads = executor.parallelism()
@@ -163,7 +168,8 @@ def _settings(cache, n_neighbors, options, executor, batch_size):
     return {"n_features": dim, "k": k, "M": int(o["M"]), "ef_construction": int(o["ef_construction"]),
             "ef": query_ef(o["ef"], k), "cell_rows": cell_rows,
             "min_cell_rows": int(o["min_cell_rows"]), "max_probes": int(o["max_probes"]),
-            "seed": int(o["seed"]), "threads": n_threads(threads), "layout": _LAYOUT}
+            "seed": int(o["seed"]), "threads": n_threads(threads), "layout": _LAYOUT,
+            "reference_rows": reference}
 
 
 def build_graph(cache: FeatureCache, n_neighbors: int, directory: str, *, batch_size: int = 65536,
@@ -173,7 +179,10 @@ def build_graph(cache: FeatureCache, n_neighbors: int, directory: str, *, batch_
     ``options``: ``memory_limit`` (bytes or ``"4GB"``; default half the memory available: lowers
     ``cell_rows`` so that the cells being built fit, see :func:`fit_cells`), ``cell_rows`` (50 000), ``min_cell_rows`` (10 000), ``max_probes`` (2: the other
     cells a row is searched in at most, nearest boundaries first; 0: every cell the test keeps), ``M`` (16), ``ef_construction`` (100), ``ef`` (0:
-    max(24, 2k + 2)), ``seed``, ``threads``.  ``executor``: with a distributed one
+    max(24, 2k + 2)), ``seed``, ``threads``, ``reference_rows`` (0: a row's neighbours are
+    the nearest of all rows; m < N: of a uniform sample of m rows, fixed by the seed, so that
+    the graph's reach does not shrink as the data grow; rows appended later are searched among
+    the same sample, and old rows keep their lists).  ``executor``: with a distributed one
     (:class:`~streamclust.run.dask_executor.DaskExecutor`) the cells are built and searched as
     tasks on its workers, which must reach ``directory`` and the feature cache; ``threads`` (the
     cell count rule) then defaults to the workers' total."""
@@ -182,7 +191,7 @@ def build_graph(cache: FeatureCache, n_neighbors: int, directory: str, *, batch_
     meta_path = os.path.join(directory, META)
     old = _read_meta(meta_path)
     fingerprint = cache.identity  # the source and how its rows were cached (scaling, transform)
-    if old is not None and all(old.get(key) == settings[key] for key in _KEY):
+    if old is not None and all(old.get(key, _KEY_DEFAULTS.get(key)) == settings[key] for key in _KEY):
         if fingerprint is not None and old.get("cache") == fingerprint and old.get("n_rows") == n:
             return KNNGraph.load(directory)
         if not (0 < old.get("n_rows", 0) < n and old.get("rows_hash") == rows_hash(cache.X, old["n_rows"])):
@@ -206,7 +215,7 @@ def build_graph(cache: FeatureCache, n_neighbors: int, directory: str, *, batch_
     if counts is None:
         old = None
         for name in os.listdir(directory):  # a full build: cells of an earlier build are stale
-            if name.endswith(".bin"):
+            if name.endswith(".bin") or name == "reference.npy":
                 os.remove(os.path.join(directory, name))
         centres, counts = full_build(ctx, out)
         atomic_save_npy(os.path.join(directory, "centres.npy"), centres)

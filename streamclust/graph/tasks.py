@@ -9,7 +9,7 @@ import threading
 
 import numpy as np
 
-from ..base.atomic import atomic_path, atomic_save_npy
+from ..base.atomic import atomic_path
 from ..errors import DataError
 
 
@@ -61,6 +61,8 @@ def search(index, Xq, rows, k: int, threads: int, ef: int):
     """The ``k`` nearest indexed rows of each row of ``Xq`` (global ids ``rows``: a row is not
     its own neighbour), squared distances, nearest first; -1 / inf where the index is short."""
     kk = min(k + 1, index.get_current_count())
+    if kk == 0:  # a cell without reference rows indexes nothing
+        return np.full((len(Xq), k), -1, np.int64), np.full((len(Xq), k), np.inf, np.float32)
     index.set_ef(max(ef, 2 * kk))
     lab, d2 = index.knn_query(np.ascontiguousarray(Xq, dtype=np.float32), k=kk, num_threads=threads)
     lab = lab.astype(np.int64)
@@ -77,39 +79,65 @@ def search(index, Xq, rows, k: int, threads: int, ef: int):
     return lab, d2
 
 
-def _search_rows(index, X, rows, kq, ef, batch_size, threads):
-    ids = np.empty((len(rows), kq), np.int64)
-    d2 = np.empty((len(rows), kq), np.float32)
-    for s in range(0, len(rows), batch_size):
-        r = rows[s:s + batch_size]
-        ids[s:s + len(r)], d2[s:s + len(r)] = search(index, X[r], r, kq, threads, ef)
-    return ids, d2
+def _search_rows(index, X, rows, kq, ef, batch_size, threads, paths):
+    """The rows searched in ``index``, the answers written batch by batch to the result files
+    ``paths`` (ids, squared distances; temporary names, then renamed): a cell searched by many
+    rows, as with reference rows, never holds all their answers in memory."""
+    with atomic_path(paths[0], suffix=".tmp.npy") as t_ids, \
+            atomic_path(paths[1], suffix=".tmp.npy") as t_d2:
+        ids = np.lib.format.open_memmap(t_ids, "w+", np.int64, (len(rows), kq))
+        d2 = np.lib.format.open_memmap(t_d2, "w+", np.float32, (len(rows), kq))
+        for s in range(0, len(rows), batch_size):
+            r = rows[s:s + batch_size]
+            ids[s:s + len(r)], d2[s:s + len(r)] = search(index, X[r], r, kq, threads, ef)
+        ids.flush()
+        d2.flush()
+        del ids, d2
+
+
+def reference_path(directory: str) -> str:
+    return os.path.join(directory, "reference.npy")
+
+
+def indexed(directory: str, settings, rows):
+    """The rows of ``rows`` a cell indexes: all of them, or with ``reference_rows`` only those
+    in the graph's reference sample (``reference.npy``, sorted ids)."""
+    if not settings.get("reference_rows"):
+        return rows
+    with _HEADER_LOCK:
+        ref = np.load(reference_path(directory), mmap_mode="r")
+    pos = np.searchsorted(ref, rows)
+    pos[pos == len(ref)] = 0
+    return rows[np.asarray(ref[pos]) == rows]
 
 
 def build_cell(source, directory, c, lists, settings, batch_size, kq, extend=False, progress=None):
     """Task: cell ``c``'s index from its rows (``lists``: the bucket file and the range of it
     holding them; with ``extend`` they are added to the cell's saved index), built
     single-threaded so that it is a function of the rows and the seed; then those rows
-    searched in it.  Writes ``cell_c.bin`` and the ``own`` result files; returns the rows."""
+    searched in it.  With ``reference_rows`` only the rows of the reference sample are
+    indexed and all of them searched.  Writes ``cell_c.bin`` and the ``own`` result files;
+    returns the rows."""
     import hnswlib
     X, rows = open_rows(source), _rows(lists)
+    add = indexed(directory, settings, rows)
     path = cell_path(directory, c)
     if extend and os.path.exists(path):
         index = load_cell(path, X.shape[1])
-        index.resize_index(index.get_current_count() + len(rows))
+        index.resize_index(index.get_current_count() + len(add))
     else:
         index = hnswlib.Index(space="l2", dim=X.shape[1])
-        index.init_index(max_elements=max(len(rows), 1), ef_construction=settings["ef_construction"],
+        index.init_index(max_elements=max(len(add), 1), ef_construction=settings["ef_construction"],
                          M=settings["M"], random_seed=settings["seed"])
-    for s in range(0, len(rows), batch_size):
-        r = rows[s:s + batch_size]
+    for s in range(0, len(add), batch_size):
+        r = add[s:s + batch_size]
         index.add_items(np.asarray(X[r]), r, num_threads=1)
         if progress:
             progress(len(r))
+    if progress and len(rows) > len(add):  # rows only searched
+        progress(len(rows) - len(add))
     save_index(index, path)
-    ids, d2 = _search_rows(index, X, rows, kq, settings["ef"], batch_size, 1)
-    for p, a in zip(result_paths(directory, "own", c), (ids, d2)):
-        atomic_save_npy(p, a)
+    _search_rows(index, X, rows, kq, settings["ef"], batch_size, 1, result_paths(directory, "own", c))
     return len(rows)
 
 
@@ -118,13 +146,13 @@ def search_cell(source, directory, c, lists, settings, batch_size, kq, progress=
     ``probe`` result files; returns the rows."""
     X, rows = open_rows(source), _rows(lists)
     index = load_cell(cell_path(directory, c), X.shape[1])
-    ids, d2 = _search_rows(index, X, rows, kq, settings["ef"], batch_size, 1)
-    for p, a in zip(result_paths(directory, "probe", c), (ids, d2)):
-        atomic_save_npy(p, a)
+    _search_rows(index, X, rows, kq, settings["ef"], batch_size, 1, result_paths(directory, "probe", c))
     if progress:
         progress(len(rows))
     return len(rows)
 
 
 def read_result(directory, tag, c):
-    return tuple(np.load(p) for p in result_paths(directory, tag, c))
+    """The result files of a task, memory-mapped."""
+    with _HEADER_LOCK:
+        return tuple(np.load(p, mmap_mode="r") for p in result_paths(directory, tag, c))

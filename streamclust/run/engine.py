@@ -100,11 +100,18 @@ def _graph(cache, req, work_dir, executor, seed, batch_size, show, knn_options):
     """The kNN graph an algorithm declared (``Requirements.knn``), built or reused."""
     from ..graph.knn import KNN_DIR, build_graph
     t = time.perf_counter()
+    options = dict(knn_options or {})
+    if req.knn_reference:
+        options.setdefault("reference_rows", req.knn_reference)
     with _bar(show, total=2 * cache.n_rows, unit="rows", desc="kNN graph", leave=False) as bar:
         graph = build_graph(cache, req.knn, os.path.join(work_dir, KNN_DIR), seed=seed,
                             batch_size=batch_size, progress=bar.update, executor=executor,
-                            **(knn_options or {}))
-    return graph, {"seconds": time.perf_counter() - t, "status": graph.status, "n_neighbors": req.knn}
+                            **options)
+    info = {"seconds": time.perf_counter() - t, "status": graph.status, "n_neighbors": req.knn}
+    reference = options.get("reference_rows", 0)
+    if reference and reference < cache.n_rows:
+        info["reference_rows"] = int(reference)
+    return graph, info
 
 
 def _prepare(algo, d, work_dir, executor, opts) -> _State:

@@ -122,7 +122,7 @@ def test_rows_without_neighbours_take_only_random_pair_steps():
         net = _net(np.random.default_rng(3), 3, 0, 3)
         before = [a.copy() for a in net]
         bal = kn.Balance(np.arange(30) % 3, np.full(3, 10.0), np.zeros(1, np.int64), np.zeros(4), np.zeros(3))
-        cfg = kn.Config(1, True, 0.01, 1.0, eta_neg, 10.0, 1, 0, 0, 3, 0.0, True, False)
+        cfg = kn.Config(1, True, 0.01, 1.0, eta_neg, 10.0, 1, 0, 0, 3, 0.0, True, False, 0.0, 0.0)
         kn.sgd_block(50, 0, kn.graph_pairs(ids, X), net, scale, cfg, bal)
         return before, net, bal
 
@@ -130,6 +130,29 @@ def test_rows_without_neighbours_take_only_random_pair_steps():
     assert all(np.array_equal(a, b) for a, b in zip(before, net)) and bal.sums[1] == 0
     _, net, bal = run(0.5)
     assert bal.sums[1] == 0 and bal.sums[3] > 40  # a partner equal to the anchor is skipped
+
+
+def test_the_rate_of_a_draw_decays_with_the_draws_before_it():
+    """With ``decay`` T the draw at position p of an epoch after t0 earlier draws steps at
+    lr / (1 + (t0 + p) / T): one block from position 3 equals the same block run at that
+    constant rate, and differs from the undecayed one."""
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(40, 3)).astype(np.float32)
+    ids = np.argsort(((X[:, None] - X[None]) ** 2).sum(2), axis=1)[:, 1:4].astype(np.int64)
+    scale = kn.Scale(np.zeros(3), np.ones(3))
+
+    def one(lr, draws, decay):
+        net = _net(np.random.default_rng(3), 3, 0, 3)
+        bal = kn.Balance(np.arange(30) % 3, np.full(3, 10.0), np.zeros(1, np.int64), np.zeros(4), np.zeros(3))
+        cfg = kn.Config(1, True, lr, 1.0, 0.3, 10.0, 1, 0, 2, 3, 0.0, True, False, draws, decay)
+        kn.sgd_block(1, 3, kn.graph_pairs(ids, X), net, scale, cfg, bal)
+        return net
+
+    decayed = one(0.05, 120.0, 40.0)
+    constant = one(0.05 / (1 + (120 + 3) / 40.0), 0.0, 0.0)
+    for a, b in zip(decayed, constant):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)
+    assert not all(np.allclose(a, b) for a, b in zip(decayed, one(0.05, 0.0, 0.0)))
 
 
 def test_bcw_reaches_the_slides_and_beats_kmeans():
@@ -176,7 +199,9 @@ def test_history_reports_the_epoch():
     assert len(m.history) == 4 and m.info["converged"]
     h = m.history[-1]
     assert sum(h["pair_classes"]) == 400 and len(h["pair_classes"]) == 3
-    assert 0 <= h["skipped"] <= 1 and h["loss"] >= 0 and h["learning_rate"] == pytest.approx(0.1 / 4)
+    # the rate of the last draw: η₀ / d / (1 + 4 epochs × 400 draws / lr_draws)
+    assert 0 <= h["skipped"] <= 1 and h["loss"] >= 0
+    assert h["learning_rate"] == pytest.approx(0.1 / 4 / (1 + 1600 / 1e6))
     P = m.predict(X, soft=True)[1]
     np.testing.assert_allclose(P, np.exp(m.algorithm_.outputs(X)) / np.exp(m.algorithm_.outputs(X)).sum(1, keepdims=True))
 
@@ -257,3 +282,17 @@ def test_pairs_column_bad_input_and_rows_without_neighbour():
     m = streamclust.fit(t.set_column(1, "sess", pa.array(sess)), "ncutemb", 2, features="x",
                         pairs="sess", progress=False, epochs=3)
     assert m.history[-1]["rows_without_neighbour"] == (counts[inverse] == 1).sum() >= 30
+
+
+def test_neighbours_come_from_a_reference_sample_above_reference_rows(tmp_path):
+    X, y = make_blobs(n=1200, k=3, d=4, seed=8)
+    work = str(tmp_path / "w")
+    m = streamclust.fit(X, "ncutemb", 3, seed=0, epochs=4, reference_rows=300, work_dir=work,
+                        progress=False)
+    assert m.info["knn"]["reference_rows"] == 300
+    ref = np.load(os.path.join(work, "knn", "reference.npy"))
+    ids = np.load(os.path.join(work, "knn", "graph_ids.npy"))
+    assert len(ref) == 300 and np.isin(ids, ref).all()
+    assert _error(y, m.predict(X)) < 5.0
+    full = streamclust.fit(X, "ncutemb", 3, seed=0, epochs=4, reference_rows=0, progress=False)
+    assert "reference_rows" not in full.info["knn"]
