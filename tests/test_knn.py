@@ -76,6 +76,11 @@ def test_cli_graph(tmp_path, blobs):
     assert r.exit_code == 0, r.output
     g = streamclust.KNNGraph.load(os.path.join(out, "knn"))
     assert _recall(g.ids, _exact(X, 4)[0]) >= 0.99
+    r = CliRunner().invoke(main, ["graph", data, "-n", "4", "--out", str(tmp_path / "r"), "-f",
+                                  "embedding", "--reference-rows", "100"])
+    assert r.exit_code == 0, r.output
+    ids = streamclust.KNNGraph.load(str(tmp_path / "r" / "knn")).ids
+    assert np.isin(ids, _reference(str(tmp_path / "r"))).all() and len(np.unique(ids)) <= 100
 
 
 @pytest.mark.parametrize("files,min_recall_old", [(10, 0.97), (3, 0.95)])
