@@ -154,9 +154,12 @@ class NCutEmb(Algorithm):
     def requirements(self):
         if self.n_clusters < 2:  # one output's sign would still make two clusters
             raise ParameterError(f"ncutemb needs n_clusters >= 2, got {self.n_clusters}")
-        col = self.hyper["pairs"]
+        col, ref = self.hyper["pairs"], self.hyper["reference_rows"]
+        if not col and 0 < ref <= self.hyper["n_neighbors"]:
+            raise ParameterError(f"reference_rows must exceed n_neighbors = {self.hyper['n_neighbors']}"
+                                 f" (a row's neighbours are searched among that many rows), got {ref}")
         return Requirements(knn=0 if col else self.hyper["n_neighbors"], columns=(col,) if col else (),
-                            sample=self.hyper["init_sample"], knn_reference=self.hyper["reference_rows"])
+                            sample=self.hyper["init_sample"], knn_reference=ref)
 
     # -- fitting ----------------------------------------------------------------------------
     def _n_out(self) -> int:

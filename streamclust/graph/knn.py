@@ -258,6 +258,10 @@ def knn_graph(data, n_neighbors: int = 5, *, features=None, exclude=None, work_d
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             # checked before anything is written (the cache pass would leave a full cache)
             raise ParameterError(f"{name} must be an integer >= 1, got {v!r}")
+    ref = options.get("reference_rows", 0)
+    if isinstance(ref, int) and 0 < ref <= n_neighbors:  # checked again, with the rows, later
+        raise ParameterError(f"reference_rows must exceed n_neighbors = {n_neighbors} (a row's "
+                             f"neighbours are searched among that many rows), got {ref}")
     d = open_data(data, features=features, on_invalid=on_invalid, exclude=exclude)
     if isinstance(options.get("cell_rows", 1), int) and isinstance(options.get("M", 16), int):
         # the budget checked before the cache pass (build_graph checks again, with every option)

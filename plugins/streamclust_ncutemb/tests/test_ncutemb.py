@@ -296,3 +296,14 @@ def test_neighbours_come_from_a_reference_sample_above_reference_rows(tmp_path):
     assert _error(y, m.predict(X)) < 5.0
     full = streamclust.fit(X, "ncutemb", 3, seed=0, epochs=4, reference_rows=0, progress=False)
     assert "reference_rows" not in full.info["knn"]
+
+
+def test_reference_rows_not_above_n_neighbors_is_refused_before_any_pass(tmp_path):
+    X, _ = make_blobs(n=300, k=3, d=4, seed=8)
+    work = str(tmp_path / "w")
+    with pytest.raises(ParameterError, match="reference_rows must exceed n_neighbors = 10"):
+        streamclust.fit(X, "ncutemb", 3, reference_rows=10, work_dir=work, progress=False)
+    assert not os.path.exists(os.path.join(work, "features.f32"))
+    with pytest.raises(ParameterError, match="reference_rows must exceed n_neighbors = 5"):
+        streamclust.knn_graph(X, 5, reference_rows=5, work_dir=work)
+    assert not os.path.exists(os.path.join(work, "features.f32"))
