@@ -134,6 +134,15 @@ def fit_cells(memory_limit, cell_rows: int, threads: int, dim: int, M: int, k: i
     return int(min(cell_rows, left // per_row))
 
 
+def check_reference(k: int, reference) -> None:
+    """A reference sample must hold more rows than the k neighbours searched in it (checked
+    before any pass by the engine and ``knn_graph``, and again with the rows)."""
+    if isinstance(reference, (int, np.integer)) and not isinstance(reference, bool) \
+            and 0 < reference <= k:
+        raise ParameterError(f"reference_rows must exceed n_neighbors = {k} (a row's neighbours "
+                             f"are searched among that many rows), got {reference}")
+
+
 def _settings(cache, n_neighbors, options, executor, batch_size):
     n, dim = cache.n_rows, cache.n_features
     if isinstance(n_neighbors, bool) or int(n_neighbors) < 1:
@@ -157,9 +166,7 @@ def _settings(cache, n_neighbors, options, executor, batch_size):
     if k >= n:
         raise DataError(f"{n} rows: cannot find {k} neighbours per row (need at least k + 1 rows)")
     reference = int(o["reference_rows"]) if o["reference_rows"] < n else 0  # 0: every row
-    if reference and k >= reference:
-        raise ParameterError(f"reference_rows must exceed n_neighbors = {k} (a row's neighbours "
-                             f"are searched among that many rows), got {reference}")
+    check_reference(k, reference)
     threads = o["threads"]
     if getattr(executor, "distributed", False) and not (threads and threads > 0):
         threads = executor.parallelism()
@@ -258,10 +265,7 @@ def knn_graph(data, n_neighbors: int = 5, *, features=None, exclude=None, work_d
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             # checked before anything is written (the cache pass would leave a full cache)
             raise ParameterError(f"{name} must be an integer >= 1, got {v!r}")
-    ref = options.get("reference_rows", 0)
-    if isinstance(ref, int) and 0 < ref <= n_neighbors:  # checked again, with the rows, later
-        raise ParameterError(f"reference_rows must exceed n_neighbors = {n_neighbors} (a row's "
-                             f"neighbours are searched among that many rows), got {ref}")
+    check_reference(n_neighbors, options.get("reference_rows", 0))
     d = open_data(data, features=features, on_invalid=on_invalid, exclude=exclude)
     if isinstance(options.get("cell_rows", 1), int) and isinstance(options.get("M", 16), int):
         # the budget checked before the cache pass (build_graph checks again, with every option)

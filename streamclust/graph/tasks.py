@@ -136,7 +136,8 @@ def build_cell(source, directory, c, lists, settings, batch_size, kq, extend=Fal
             progress(len(r))
     if progress and len(rows) > len(add):  # rows only searched
         progress(len(rows) - len(add))
-    save_index(index, path)
+    if len(add) or not extend:  # an extension that indexes no row leaves the file as it is
+        save_index(index, path)
     _search_rows(index, X, rows, kq, settings["ef"], batch_size, 1, result_paths(directory, "own", c))
     return len(rows)
 

@@ -300,7 +300,8 @@ def _budget(memory_limit, algo, n_features, batch_size, knn_options, rows=None):
     opts = dict(knn_options or {})
     if k:
         from ..base.threads import n_threads
-        from ..graph.knn import fit_cells
+        from ..graph.knn import check_reference, fit_cells
+        check_reference(k, opts.get("reference_rows", req.knn_reference))
         opts.setdefault("memory_limit", limit)
         fit_cells(opts["memory_limit"], int(opts.get("cell_rows", 50_000)),
                   n_threads(opts.get("threads", -1)), n_features, int(opts.get("M", 16)), k,
