@@ -31,80 +31,33 @@ Choices where the paper is silent:
   drawn uniformly.
 * Prediction: a new row's ρ nearest training rows (the saved hnswlib cells) each weigh 1 (the
   average row degree of W is ρ) in z = softmax(a + λ Σ_q z_q), with the training rows' final z.
+* Above ``reference_rows`` (100 000) rows the graph is searched among a uniform sample of that
+  many rows, the bound is solved on the sample's own graph and the other rows take z by the
+  prediction rule (:mod:`streamclust_slk.sample`): SLK on N rows is then SLK on the sample plus
+  one pass, so its work per bound iteration and the reach of its graph do not change with N.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from streamclust import Algorithm, Assignment, EpochReport, Param, Requirements
-from streamclust.toolkit import (NON_NEGATIVE, POSITIVE, Contingency, DataError, KNNIndex,
-                                 ParameterError, at_least, in_range, kmeanspp, nearest_center)
+from streamclust import Algorithm, Assignment, EpochReport, Requirements
+from streamclust.toolkit import DataError, KNNIndex, ParameterError
 
 from . import kernels as kn
-from .passes import (assign_step, bound_step, energy_step, kernel_step, label_step,
+from .passes import (bound_step, energy_step, kernel_step, label_step,
                      meanshift_step, merge_labels, merge_nearest, nearest_row_step)
+from .params import PARAMS, parse_grid
+from .sample import SampleSolve
+from .starts import Starts
 
 
-
-
-def parse_grid(text: str) -> list:
-    out = []
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        try:
-            v = float(part)
-        except ValueError:
-            raise ParameterError(f"parameter 'lambda_grid': cannot read {part!r} as a number") from None
-        if not v > 0:
-            raise ParameterError(f"parameter 'lambda_grid': every λ must be > 0, got {part}")
-        out.append(v)
-    return out
-
-
-class SLK(Algorithm):
+class SLK(Starts, Algorithm):
     """Scalable Laplacian K-modes on the engine's kNN graph (modes are rows of the data)."""
 
     name = "slk"
     version = "1"
     soft_predict = True
-    params = {
-        "mode": Param("bo", str, "mode update: 'bo' (row of largest z, paper's SLK-BO) or 'ms' "
-                      "(mean-shift, SLK-MS)", choices=("bo", "ms")),
-        "lambda_": Param(1.0, float, "weight λ of the Laplacian term", POSITIVE),
-        "lambda_grid": Param("", str, "comma-separated λ values tried in turn, scored on "
-                             "validation_labels (e.g. '1,1.5,2')"),
-        "validation_labels": Param("", str, "column of true classes; a validation_fraction of its "
-                                   "labelled rows scores λ and restarts by accuracy"),
-        "validation_fraction": Param(0.1, float, "share of labelled rows used for validation",
-                                     in_range(0, 1, low_open=True, high_open=True)),
-        "n_neighbors": Param(5, int, "ρ: neighbours per row in the kNN graph", at_least(1)),
-        "normalize": Param(True, bool, "L2-normalise every row first (the authors do)"),
-        "n_init": Param(5, int, "k-means++ starts; the best run is kept (validation accuracy, "
-                        "else lowest energy)", at_least(1)),
-        "grid_search": Param("screen", str, "with validation_labels and a λ grid: 'screen' "
-                             "compares the starts at the grid's first λ and tries the other λ "
-                             "on the best start only; 'full' runs every start at every λ",
-                             choices=("screen", "full")),
-        "seedings": Param(10, int, "k-means++ seedings drawn per start; the one whose nearest-seed "
-                          "labels score best on the validation rows (else the lowest potential "
-                          "on the sample) starts the run", at_least(1)),
-        "init_sample": Param(20000, int, "rows k-means++ seeds from (0: all rows)",
-                             NON_NEGATIVE),
-        "density_sample": Param(1000, int, "members per cluster used to pick its first mode",
-                                at_least(1)),
-        "tol": Param(1e-5, float, "relative change of the discrete energy that ends a run",
-                     NON_NEGATIVE),
-        "max_outer": Param(30, int, "outer iterations (epochs) per run at most", at_least(1)),
-        "bound_tol": Param(1e-6, float, "relative change of the bound energy that ends the "
-                           "z-updates", NON_NEGATIVE),
-        "bound_max_iter": Param(1000, int, "bound iterations per outer iteration at most",
-                                at_least(1)),
-        "ms_tol": Param(1e-5, float, "SLK-MS: mode movement that ends the mean-shift",
-                        NON_NEGATIVE),
-        "ms_max_iter": Param(100, int, "SLK-MS: mean-shift passes per outer iteration at most",
-                             at_least(1)),
-    }
+    params = PARAMS
     contract_params = {"max_outer": 5}
 
     def validate(self) -> None:
@@ -117,7 +70,8 @@ class SLK(Algorithm):
     def requirements(self) -> Requirements:
         cols = (self.hyper["validation_labels"],) if self.hyper["validation_labels"] else ()
         return Requirements(knn=self.hyper["n_neighbors"], columns=cols,
-                            transform="l2" if self.hyper["normalize"] else "")
+                            transform="l2" if self.hyper["normalize"] else "",
+                            knn_reference=self.hyper["reference_rows"])
 
     # -- fit ------------------------------------------------------------------------------------
     def start(self, ctx) -> None:
@@ -133,9 +87,11 @@ class SLK(Algorithm):
         n, L = ctx.n_rows, self.n_clusters
         if n <= self.hyper["n_neighbors"]:
             raise DataError(f"{n} rows: SLK needs more rows than n_neighbors ({self.hyper['n_neighbors']})")
-        W = g.symmetric()
-        self._graph = (W.indptr.astype(np.int64), W.indices.astype(np.int64),
-                       W.data.astype(np.float64))
+        self._sample = SampleSolve(g) if g.reference is not None else None
+        if self._sample is None:
+            W = g.symmetric()
+            self._graph = (W.indptr.astype(np.int64), W.indices.astype(np.int64),
+                           W.data.astype(np.float64))
         sq = sum(float(np.square(d.astype(np.float64)).sum()) for _, _, d in g.iter_batches(1 << 16))
         self.sigma2_ = sq / g.distances.size
         if not self.sigma2_ > 0:
@@ -146,8 +102,9 @@ class SLK(Algorithm):
         self._inv2s2 = 1.0 / (2.0 * self.sigma2_)
         rs = ctx.row_state
         self._A = rs("slk_A", (n, L), np.float64, existing=existing)
-        self._Z = [rs("slk_Z0", (n, L), np.float64, existing=existing),
-                   rs("slk_Z1", (n, L), np.float64, existing=existing)]
+        Z0 = rs("slk_Z0", (n, L), np.float64, existing=existing)
+        # the second buffer of the Jacobi iterations over all rows (the sample's are in memory)
+        self._Z = [Z0, Z0 if self._sample else rs("slk_Z1", (n, L), np.float64, existing=existing)]
         self._labels = rs("slk_labels", (n,), np.int32, existing=existing)
         self._best_Z = rs("slk_best_Z", (n, L), np.float32, existing=existing)
         self._cur = 0
@@ -206,73 +163,6 @@ class SLK(Algorithm):
                               modes=np.asarray(state["best_modes"], np.float64),
                               labels=np.asarray(state["best_labels"], np.int32))
 
-    def _validation(self, ctx):
-        col = self.hyper["validation_labels"]
-        self._truth = self._val_ids = None
-        if not col:
-            return
-        y = ctx.column(col)
-        labelled = np.flatnonzero(y >= 0)
-        if len(labelled) == 0:
-            raise DataError(f"column '{col}': no labelled rows to validate on")
-        size = max(1, int(round(self.hyper["validation_fraction"] * len(labelled))))
-        rng = ctx.rng(0x5A1)
-        self._val_ids = np.sort(rng.choice(labelled, size=size, replace=False))
-        self._truth = y
-
-    def _initial_modes(self, ctx, init: int) -> np.ndarray:
-        """Row ids of the first modes of start ``init`` (k-means++ seeds, then densest member)."""
-        if init in self._inits:
-            return self._inits[init]
-        L = self.n_clusters
-        rng = ctx.rng(0x51, init)
-        size = self.hyper["init_sample"] or ctx.n_rows
-        _, S = ctx.sample(size, stream=init)
-        seeds = self._best_seeding(ctx, S, rng)
-        ctx.aggregate(assign_step, (np.asarray(seeds, np.float64),), state=(self._labels,))
-        ctx.count_distances(ctx.n_rows * L)
-        labels = np.asarray(self._labels[:])
-        ids = np.empty(L, np.int64)
-        for l in range(L):
-            members = np.flatnonzero(labels == l)
-            if len(members) == 0:  # a seed nobody is nearest to (duplicates): the nearest row
-                members = np.asarray(ctx.aggregate(nearest_row_step, (seeds[l:l + 1],),
-                                                   merge=merge_nearest)[1])
-            if len(members) > self.hyper["density_sample"]:
-                members = np.sort(rng.choice(members, self.hyper["density_sample"], replace=False))
-            Xm = ctx.take(members).astype(np.float64)
-            sq = (Xm * Xm).sum(1)
-            D2 = np.maximum(sq[:, None] + sq[None, :] - 2 * Xm @ Xm.T, 0)
-            ctx.count_distances(len(Xm) ** 2)
-            ids[l] = members[int(np.exp(-D2 * self._inv2s2).sum(1).argmax())]
-        self._inits[init] = ids
-        return ids
-
-    def _best_seeding(self, ctx, S, rng) -> np.ndarray:
-        """k-means++ seeds of one start: the best of ``seedings`` draws on the sample ``S`` — by
-        the validation accuracy of the validation rows' nearest seeds when there are validation
-        labels, else by the potential (sum of squared distances to the nearest seed) on ``S``."""
-        L, n_draws = self.n_clusters, self.hyper["seedings"]
-        labelled = self._truth is not None
-        P = (ctx.take(self._val_ids) if labelled else S) if n_draws > 1 else None
-        best, best_score = None, -np.inf
-        for _ in range(n_draws):
-            seeds, evals = kmeanspp(S, L, rng)
-            ctx.count_distances(evals)
-            if P is None:  # one draw: nothing to compare
-                return seeds
-            nearest, d2 = nearest_center(P, seeds)
-            ctx.count_distances(len(P) * L)
-            if labelled:
-                table = Contingency(L)
-                table.add_codes(self._truth[self._val_ids], nearest)
-                score = table.acc()
-            else:
-                score = -float(d2.sum())
-            if score > best_score:
-                best, best_score = seeds, score
-        return best
-
     def _next_run(self, ctx) -> None:
         self._run += 1
         init, lam = self._runs[self._run]
@@ -285,19 +175,18 @@ class SLK(Algorithm):
         h = self.hyper
         ctx.count_distances(ctx.aggregate(kernel_step, (self._modes, self._inv2s2),
                                           state=(self._A, self._Z[self._cur])))
-        prev = None
-        for it in range(1, h["bound_max_iter"] + 1):
-            old, new = self._Z[self._cur].array, self._Z[1 - self._cur]
-            bound = ctx.aggregate(bound_step, (self._graph, old, self._lam), state=(self._A, new))
-            self._cur = 1 - self._cur
-            if prev is not None and abs(bound - prev) <= h["bound_tol"] * abs(prev):
-                break
-            prev = bound
+        if self._sample is not None:  # reference rows: solved on the sample, then extended
+            it, bound, E = self._sample.solve(ctx, self._A, self._Z[self._cur], self._lam,
+                                              h["bound_tol"], h["bound_max_iter"])
+        else:
+            it, bound = self._bound(ctx)
         Z = self._Z[self._cur]
         best_val, best_row, sizes = ctx.aggregate(label_step, None, state=(Z, self._labels),
                                                   merge=merge_labels)
         labels_all = self._labels.array
-        E = float(ctx.aggregate(energy_step, (self._graph, labels_all, self._lam), state=(self._A,)))
+        if self._sample is None:
+            E = float(ctx.aggregate(energy_step, (self._graph, labels_all, self._lam),
+                                    state=(self._A,)))
         old_modes = self._modes
         if h["mode"] == "bo":
             self.mode_ids_ = np.asarray(best_row, np.int64)
@@ -315,7 +204,9 @@ class SLK(Algorithm):
         extras = {"run": self._run, "lambda": self._lam, "init": self._runs[self._run][0],
                   "outer": outer, "bound_iterations": it, "bound_energy": float(bound),
                   "discrete_energy": E, "modes_moved": moved, "meanshift_iterations": ms_iter,
-                  "sigma2": self.sigma2_, "smallest_cluster": int(sizes.min()),
+                  "sigma2": self.sigma2_,
+                  "sample_rows": self._sample.n_rows if self._sample is not None else ctx.n_rows,
+                  "smallest_cluster": int(sizes.min()),
                   "empty_clusters": [int(l) for l in np.flatnonzero(sizes == 0)]}
         if done:
             extras.update(self._finish_run(ctx, E))
@@ -324,6 +215,18 @@ class SLK(Algorithm):
         if done and not last:
             self._next_run(ctx)
         return EpochReport(objective=E, converged=last, rows=ctx.n_rows, extras=extras)
+
+    def _bound(self, ctx):
+        """Jacobi bound iterations over all rows, one pass each, from z = softmax(a)."""
+        h, prev = self.hyper, None
+        for it in range(1, h["bound_max_iter"] + 1):
+            old, new = self._Z[self._cur].array, self._Z[1 - self._cur]
+            bound = ctx.aggregate(bound_step, (self._graph, old, self._lam), state=(self._A, new))
+            self._cur = 1 - self._cur
+            if prev is not None and abs(bound - prev) <= h["bound_tol"] * abs(prev):
+                break
+            prev = bound
+        return it, bound
 
     def _meanshift(self, ctx, Z) -> int:
         h = self.hyper
@@ -340,19 +243,6 @@ class SLK(Algorithm):
         _, rows = ctx.aggregate(nearest_row_step, (modes,), merge=merge_nearest)
         self.mode_ids_ = np.asarray(rows, np.int64)
         return it
-
-    def _scores(self, labels_all) -> dict:
-        if self._truth is None:
-            return {}
-        L = self.n_clusters
-        y = self._truth
-        out = {}
-        for key, ids in (("validation", self._val_ids), ("labels", np.flatnonzero(y >= 0))):
-            table = Contingency(L)
-            table.add_codes(y[ids], labels_all[ids])
-            out[f"{key}_acc"] = table.acc()
-            out[f"{key}_nmi"] = table.nmi()
-        return out
 
     def _finish_run(self, ctx, E: float) -> dict:
         labels_all = np.asarray(self._labels.array)

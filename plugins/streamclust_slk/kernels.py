@@ -135,3 +135,44 @@ def predict_rows(A, nbr_ids, Z_train, lam, out):
         softmax_into(s, s)
         for l in range(L):
             out[i, l] = s[l]
+
+
+@nb.njit(cache=True, parallel=True)
+def extend_rows(start, A, nbr_ids, sample, lam, Z_out):
+    """Rows of a graph searched among a reference sample: a sampled row takes its z from the
+    sample's solve, any other row z_p = softmax(a_p + λ Σ_j z_{q_j}) over its neighbours q_j
+    (sampled rows, each weighing 1 as in prediction).  ``sample = (ids, Z, labels)``: the sorted
+    sample ids, their z and labels.  Returns the discrete energy of the rows not sampled,
+    Σ_p [−a_{p,l_p} + λ Σ_j [l_p ≠ l_{q_j}]]."""
+    ref, Z_ref, lab_ref = sample
+    n, L = A.shape
+    k = nbr_ids.shape[1]
+    m = len(ref)
+    parts = np.zeros(n)
+    buf = np.empty((n, L))
+    for i in nb.prange(n):
+        p = start + i
+        j = np.searchsorted(ref, p)
+        if j < m and ref[j] == p:
+            for l in range(L):
+                Z_out[i, l] = Z_ref[j, l]
+            continue
+        s = buf[i]
+        for l in range(L):
+            s[l] = A[i, l]
+        for t in range(k):
+            q = np.searchsorted(ref, nbr_ids[i, t])
+            for l in range(L):
+                s[l] += lam * Z_ref[q, l]
+        softmax_into(s, s)
+        b = 0
+        for l in range(L):
+            Z_out[i, l] = s[l]
+            if s[l] > s[b]:
+                b = l
+        cut = 0
+        for t in range(k):
+            if lab_ref[np.searchsorted(ref, nbr_ids[i, t])] != b:
+                cut += 1
+        parts[i] = -A[i, b] + lam * cut
+    return parts.sum()

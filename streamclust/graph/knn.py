@@ -38,7 +38,7 @@ from ..base.threads import n_threads
 from .build import extend_build, full_build
 from .cells import remove_scratch
 from .index import KNNIndex
-from .tasks import cell_path
+from .tasks import cell_path, reference_path
 from ..data.sources import open_data
 
 KNN_DIR = "knn"
@@ -58,11 +58,14 @@ def query_ef(ef: int, k: int) -> int:
 @dataclass
 class KNNGraph:
     """Row-aligned kNN graph: ``ids[i]`` are the k nearest other rows of row i, nearest first.
-    ``status`` says how the last call got it: ``built``, ``appended`` or ``reused``."""
+    ``status`` says how the last call got it: ``built``, ``appended`` or ``reused``.
+    ``reference``: with ``reference_rows`` the sorted ids of the sample every row's neighbours
+    were searched among (a sampled row's neighbours are other sampled rows); else ``None``."""
 
     ids: np.ndarray
     distances: np.ndarray
     status: str = "built"
+    reference: np.ndarray | None = None
 
     @property
     def n_neighbors(self) -> int:
@@ -100,7 +103,10 @@ class KNNGraph:
         ids, dist = (np.load(p, mmap_mode="r", allow_pickle=False) for p in paths)
         if ids.shape != dist.shape or ids.ndim != 2:
             raise DataError(f"{directory}: graph arrays disagree ({ids.shape} vs {dist.shape})")
-        return cls(ids, dist, "reused")
+        ref = None
+        if os.path.exists(reference_path(directory)):
+            ref = np.load(reference_path(directory), allow_pickle=False)
+        return cls(ids, dist, "reused", ref)
 
 
 def rows_hash(X, stop: int, batch_size: int = 65536) -> str:
@@ -287,7 +293,7 @@ def knn_graph(data, n_neighbors: int = 5, *, features=None, exclude=None, work_d
             g = build_graph(cache, n_neighbors, os.path.join(work_dir, KNN_DIR),
                             batch_size=batch_size, **options)
             if owned:
-                g = KNNGraph(np.array(g.ids), np.array(g.distances), g.status)
+                g = KNNGraph(np.array(g.ids), np.array(g.distances), g.status, g.reference)
             return g
     except BaseException:
         if created and locked:  # nothing of a failed first run is left behind (never the

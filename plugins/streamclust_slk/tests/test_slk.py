@@ -210,3 +210,58 @@ def test_default_seedings_reach_the_paper_on_shuttle():
                         validation_labels="y", max_epochs=5000, progress=False)
     assert nmi(y, m.labels_) >= 0.50 and accuracy(y, m.labels_) >= 0.71
 
+
+
+def test_extended_rows_match_dense_algebra():
+    """Rows outside the reference sample: z = softmax(a + λ Σ_j z_{q_j}) over their sampled
+    neighbours, sampled rows copied from the sample's solve; energy of the extended rows."""
+    n, L, k, lam = 40, 3, 4, 1.3
+    rng = np.random.default_rng(5)
+    ref = np.sort(rng.choice(n, 12, replace=False))
+    ids = rng.choice(ref, (n, k))
+    A, Zs = rng.random((n, L)), _softmax(rng.normal(size=(12, L)))
+    labs = Zs.argmax(1).astype(np.int32)
+    out = np.full((n, L), np.nan)
+    e = kn.extend_rows(0, A[:17], ids[:17], (ref, Zs, labs), lam, out[:17])
+    e += kn.extend_rows(17, A[17:], ids[17:], (ref, Zs, labs), lam, out[17:])
+    pos = {int(r): j for j, r in enumerate(ref)}
+    expected, energy = np.empty((n, L)), 0.0
+    for p in range(n):
+        if p in pos:
+            expected[p] = Zs[pos[p]]
+            continue
+        z = _softmax((A[p] + lam * Zs[[pos[int(q)] for q in ids[p]]].sum(0))[None])[0]
+        expected[p] = z
+        b = z.argmax()
+        energy += -A[p, b] + lam * sum(labs[pos[int(q)]] != b for q in ids[p])
+    np.testing.assert_allclose(out, expected, rtol=1e-12)
+    np.testing.assert_allclose(e, energy, rtol=1e-12)
+
+
+def test_reference_rows_solve_the_sample_and_extend_the_rest(tmp_path):
+    """Above ``reference_rows`` the bound is solved on the sample's own graph W_S = (A_S+A_Sᵀ)/2
+    (a fixed point of z = softmax(a + λ W_S z) on the sampled rows, untouched by the other rows'
+    edges) and every other row is softmax(a + λ Σ z of its sampled neighbours)."""
+    from streamclust.graph.knn import KNNGraph
+    X, y = _moons(1500, seed=6)
+    lam = 1.0
+    m = streamclust.fit(X, "slk", 2, normalize=False, reference_rows=500, n_init=1, tol=0,
+                        bound_tol=1e-12, work_dir=str(tmp_path), progress=False)
+    g = KNNGraph.load(str(tmp_path / "knn"))
+    ref = g.reference
+    assert ref is not None and len(ref) == 500 and np.isin(g.ids, ref).all()
+    assert m.history[-1]["sample_rows"] == 500
+    assert m.history[-1]["modes_moved"] == 0  # so modes_ are the modes of the last solve
+    Xd = X.astype(np.float64)
+    A = np.exp(-((Xd[:, None] - m.modes_.astype(np.float64)[None]) ** 2).sum(2) / (2 * m.sigma2_))
+    Z = m.train_z_.astype(np.float64)
+    local = np.searchsorted(ref, np.asarray(g.ids[ref]))
+    k = g.ids.shape[1]
+    As = sp.csr_matrix((np.ones(500 * k), local.ravel(), np.arange(0, 500 * k + 1, k)), shape=(500, 500))
+    Ws = (As + As.T).toarray() * 0.5
+    np.testing.assert_allclose(Z[ref], _softmax(A[ref] + lam * Ws @ Z[ref]), atol=1e-5)
+    rest = np.setdiff1d(np.arange(len(X)), ref)
+    np.testing.assert_allclose(Z[rest], _softmax(A[rest] + lam * Z[np.asarray(g.ids[rest])].sum(1)),
+                               atol=1e-5)
+    assert nmi(y, m.labels_) >= 0.9
+    assert (m.predict(X) == m.labels_).mean() >= 0.99  # predict applies the same rule

@@ -1,0 +1,61 @@
+"""SLK's parameters (the ``params`` table of :class:`~streamclust_slk.algorithm.SLK`) and the
+parsing of its λ grid."""
+from streamclust import Param
+from streamclust.toolkit import NON_NEGATIVE, POSITIVE, ParameterError, at_least, in_range
+
+
+def parse_grid(text: str) -> list:
+    out = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        try:
+            v = float(part)
+        except ValueError:
+            raise ParameterError(f"parameter 'lambda_grid': cannot read {part!r} as a number") from None
+        if not v > 0:
+            raise ParameterError(f"parameter 'lambda_grid': every λ must be > 0, got {part}")
+        out.append(v)
+    return out
+
+
+PARAMS = {
+    "mode": Param("bo", str, "mode update: 'bo' (row of largest z, paper's SLK-BO) or 'ms' "
+                  "(mean-shift, SLK-MS)", choices=("bo", "ms")),
+    "lambda_": Param(1.0, float, "weight λ of the Laplacian term", POSITIVE),
+    "lambda_grid": Param("", str, "comma-separated λ values tried in turn, scored on "
+                         "validation_labels (e.g. '1,1.5,2')"),
+    "validation_labels": Param("", str, "column of true classes; a validation_fraction of its "
+                               "labelled rows scores λ and restarts by accuracy"),
+    "validation_fraction": Param(0.1, float, "share of labelled rows used for validation",
+                                 in_range(0, 1, low_open=True, high_open=True)),
+    "n_neighbors": Param(5, int, "ρ: neighbours per row in the kNN graph", at_least(1)),
+    "reference_rows": Param(100_000, int, "above this many rows the bound is solved on a "
+                            "uniform sample of them (neighbours searched among it) and "
+                            "extended to the other rows (0: all rows)", NON_NEGATIVE),
+    "normalize": Param(True, bool, "L2-normalise every row first (the authors do)"),
+    "n_init": Param(5, int, "k-means++ starts; the best run is kept (validation accuracy, "
+                    "else lowest energy)", at_least(1)),
+    "grid_search": Param("screen", str, "with validation_labels and a λ grid: 'screen' "
+                         "compares the starts at the grid's first λ and tries the other λ "
+                         "on the best start only; 'full' runs every start at every λ",
+                         choices=("screen", "full")),
+    "seedings": Param(10, int, "k-means++ seedings drawn per start; the one whose nearest-seed "
+                      "labels score best on the validation rows (else the lowest potential "
+                      "on the sample) starts the run", at_least(1)),
+    "init_sample": Param(20000, int, "rows k-means++ seeds from (0: all rows)",
+                         NON_NEGATIVE),
+    "density_sample": Param(1000, int, "members per cluster used to pick its first mode",
+                            at_least(1)),
+    "tol": Param(1e-5, float, "relative change of the discrete energy that ends a run",
+                 NON_NEGATIVE),
+    "max_outer": Param(30, int, "outer iterations (epochs) per run at most", at_least(1)),
+    "bound_tol": Param(1e-6, float, "relative change of the bound energy that ends the "
+                       "z-updates", NON_NEGATIVE),
+    "bound_max_iter": Param(1000, int, "bound iterations per outer iteration at most",
+                            at_least(1)),
+    "ms_tol": Param(1e-5, float, "SLK-MS: mode movement that ends the mean-shift",
+                    NON_NEGATIVE),
+    "ms_max_iter": Param(100, int, "SLK-MS: mean-shift passes per outer iteration at most",
+                         at_least(1)),
+}

@@ -1,0 +1,77 @@
+"""SLK on a reference sample: the bound solved on the sample's own graph, the other rows
+extended from it.
+
+When the engine's kNN graph was searched among a uniform sample of ``reference_rows`` rows
+(``KNNGraph.reference``), a sampled row's neighbours are sampled rows and every other row's
+neighbours are sampled rows too.  Symmetrising that graph over all N rows would give each sampled
+row about ρ(N − m)/m in-edges from rows outside the sample, so the Laplacian term would outweigh
+the kernel term on the sample by that factor and the solve would change with N.  Instead the
+Jacobi bound iterations run on the sample's graph alone, W_S = (A_S + A_Sᵀ)/2 (SLK on m rows,
+in memory: m × L floats), and every other row takes z_p = softmax(a_p + λ Σ_j z_{q_j}) over its
+ρ sampled neighbours, the rule ``predict`` applies to new rows, in one pass.  The discrete
+energy is the sample's plus that of the extended rows.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from streamclust.toolkit import DataError
+
+from . import kernels as kn
+
+
+def extend_step(batch, state, params):
+    A, Z = state
+    ids, sample, lam = params
+    return kn.extend_rows(batch.start, A, ids[batch.start:batch.start + len(A)], sample, lam, Z)
+
+
+class SampleSolve:
+    """The sample's graph W_S and the solve of one outer iteration (see the module)."""
+
+    def __init__(self, graph):
+        from scipy.sparse import csr_matrix
+        from scipy.sparse.csgraph import reverse_cuthill_mckee
+        ref = np.asarray(graph.reference, np.int64)
+        nbrs = np.asarray(graph.ids[ref], np.int64)
+        local = np.minimum(np.searchsorted(ref, nbrs), len(ref) - 1)
+        if not (ref[local] == nbrs).all():
+            raise DataError("kNN graph: a sampled row has a neighbour outside the reference "
+                            "sample (the graph files disagree; rebuild it)")
+        m, k = nbrs.shape
+        A = csr_matrix((np.ones(m * k), local.ravel(), np.arange(0, m * k + 1, k)), shape=(m, m))
+        W = ((A + A.T) * 0.5).tocsr()
+        # the sample in reverse Cuthill-McKee order: neighbours' z rows lie near each other in
+        # memory, which the bound iterations (random reads of z, latency bound) need
+        self.order = reverse_cuthill_mckee(W, symmetric_mode=True).astype(np.int64)
+        W = W[self.order][:, self.order].tocsr()
+        W.sort_indices()
+        self.graph = (W.indptr.astype(np.int64), W.indices.astype(np.int64),
+                      W.data.astype(np.float64))
+        self.ref, self.ids = ref, graph.ids
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.ref)
+
+    def solve(self, ctx, A_state, Z_state, lam: float, tol: float, max_iter: int):
+        """Bound iterations on the sample from z = softmax(a), then the pass that extends z to
+        every row (into ``Z_state``); returns (iterations, bound energy of the sample, discrete
+        energy of all rows)."""
+        A = np.asarray(A_state.array[self.ref[self.order]], np.float64)
+        Z = [np.empty_like(A), np.empty_like(A)]
+        kn.softmax_rows(A, Z[0])
+        cur, prev = 0, None
+        for it in range(1, max_iter + 1):
+            bound = kn.bound_rows(0, A, self.graph, Z[cur], lam, Z[1 - cur])
+            cur = 1 - cur
+            if prev is not None and abs(bound - prev) <= tol * abs(prev):
+                break
+            prev = bound
+        labels = Z[cur].argmax(1).astype(np.int32)
+        energy = kn.discrete_energy_rows(0, A, self.graph, labels, lam)
+        Zs, ls = np.empty_like(A), np.empty_like(labels)  # back to the order of the ids
+        Zs[self.order], ls[self.order] = Z[cur], labels
+        energy += ctx.aggregate(extend_step, (self.ids, (self.ref, Zs, ls), lam),
+                                state=(A_state, Z_state))
+        return it, float(bound), float(energy)
