@@ -125,3 +125,18 @@ def test_infex_master_rows_are_counted_with_their_columns():
         streamclust.fit(X, "infex", memory_limit="600MB", init="rows", **kw)
     m = streamclust.fit(X, "infex", memory_limit="600MB", init="empty", **kw)
     assert m.n_clusters >= 1
+
+
+def test_slk_graph_is_counted_and_a_reference_sample_lowers_it(tmp_path):
+    """SLK's in-memory graph over all rows (≈ 3 × 2ρ × 16 bytes a row while symmetrised) is
+    refused under a budget that a 4 000-row reference sample fits, before any pass."""
+    from streamclust.toolkit import nmi
+    X, y = make_blobs(n=40_000, k=3, d=4, seed=3)
+    limit = BASELINE + batch_bytes(4096, 4) + 12 * 2**20
+    kw = dict(memory_limit=limit, batch_size=4096, progress=False, n_init=1)
+    work = tmp_path / "w"
+    with pytest.raises(ParameterError, match="SLK's graph and z on 40000 rows.*lower reference_rows"):
+        streamclust.fit(X, "slk", 3, reference_rows=0, work_dir=str(work), **kw)
+    assert not work.exists() or not any(work.iterdir())  # stopped before the cache pass
+    m = streamclust.fit(X, "slk", 3, reference_rows=4000, **kw)
+    assert len(m.train_z_) == 4000 and nmi(y, m.labels_) >= 0.9

@@ -73,6 +73,18 @@ class SLK(Starts, Algorithm):
                             transform="l2" if self.hyper["normalize"] else "",
                             knn_reference=self.hyper["reference_rows"])
 
+    def memory(self, n_rows, n_features):
+        """In memory beside the row state (memory maps): the CSR of the graph the bound iterates
+        on (2ρ entries a row of 16 bytes, three times while it is symmetrised), with a
+        reference sample that graph, the sample's A and two Z (3 L doubles a row) and the
+        model's z of its rows; the labels of all rows (three int32 copies: the pass's, the best
+        run's, the model's)."""
+        h, L = self.hyper, self.n_clusters
+        m = h["reference_rows"] if 0 < h["reference_rows"] < n_rows else n_rows
+        graph = 3 * 2 * h["n_neighbors"] * 16 * m
+        return [(graph + m * L * (3 * 8 + 4), f"SLK's graph and z on {m} rows", "reference_rows"),
+                (3 * 4 * n_rows, f"SLK's labels of {n_rows} rows", "the rows")]
+
     # -- fit ------------------------------------------------------------------------------------
     def start(self, ctx) -> None:
         self._setup(ctx, existing=False)
@@ -268,7 +280,10 @@ class SLK(Starts, Algorithm):
         self.mode_ids_ = b["mode_ids"]
         self.modes_ = b["modes"].astype(np.float32)
         self.labels_ = b["labels"]
-        self.train_z_ = np.array(self._best_Z.array, dtype=np.float32)
+        # prediction reads the z of indexed rows only: with a reference sample, the sample's
+        self.train_ids_ = None if self._sample is None else self._sample.ref
+        rows = slice(None) if self._sample is None else self._sample.ref
+        self.train_z_ = np.array(self._best_Z.array[rows], dtype=np.float32)
         self._index = ctx.knn_index()
         self.index_ef_ = int(self._index.ef)
 
@@ -290,6 +305,8 @@ class SLK(Starts, Algorithm):
         for s in range(0, n, 8192):
             Xb = np.ascontiguousarray(X[s:s + 8192], dtype=np.float32)
             ids, _ = self._index.query(Xb, self.hyper["n_neighbors"])
+            if self.train_ids_ is not None:  # rows of train_z_ are the indexed sample's
+                ids = np.searchsorted(self.train_ids_, ids)
             A = np.empty((len(Xb), L))
             kn.mode_kernel(Xb, self.modes_.astype(np.float64), 1.0 / (2.0 * self.sigma2_), A)
             Z = np.empty((len(Xb), L))
@@ -306,6 +323,8 @@ class SLK(Starts, Algorithm):
         st = {k.rstrip("_"): getattr(self, k) for k in self._ARRAYS}
         st.update(sigma2=float(self.sigma2_), lambda_value=self.lambda_value_,
                   best_run=self.best_run_, energy=self.energy_, index_ef=self.index_ef_)
+        if self.train_ids_ is not None:
+            st["train_ids"] = self.train_ids_
         return st
 
     def set_state(self, state: dict) -> None:
@@ -317,11 +336,19 @@ class SLK(Starts, Algorithm):
         self.energy_ = float(state["energy"])
         self.index_ef_ = int(state["index_ef"])
         L, n = self.n_clusters, len(self.labels_)
+        self.train_ids_ = None if state.get("train_ids") is None else \
+            np.asarray(state["train_ids"], np.int64)
+        ids = self.train_ids_
+        m = n if ids is None else len(ids)
+        if ids is not None and (ids.ndim != 1 or (m and (ids[0] < 0 or ids[-1] >= n))
+                                or (np.diff(ids) <= 0).any()):
+            raise ParameterError(f"SLK state 'train_ids' must be increasing row ids below {n}")
         if self.modes_.ndim != 2 or self.modes_.shape[0] != L:
             raise ParameterError(f"SLK state 'modes' has shape {self.modes_.shape}, expected ({L}, d)")
-        if self.train_z_.shape != (n, L) or self.mode_ids_.shape != (L,):
+        if self.train_z_.shape != (m, L) or self.mode_ids_.shape != (L,):
             raise ParameterError(f"SLK state: 'train_z' {self.train_z_.shape} / 'mode_ids' "
-                                 f"{self.mode_ids_.shape} do not fit {n} rows and {L} clusters")
+                                 f"{self.mode_ids_.shape} do not fit {m} indexed rows and {L} "
+                                 "clusters")
         if not (np.isfinite(self.sigma2_) and self.sigma2_ > 0):
             raise ParameterError(f"SLK state 'sigma2' must be finite and > 0, got {self.sigma2_}")
         if not (np.isfinite(self.lambda_value_) and self.lambda_value_ >= 0):
@@ -339,6 +366,6 @@ class SLK(Starts, Algorithm):
             raise ParameterError("SLK model without its kNN index files (knn_shard_*.bin)")
         self._index = KNNIndex.load([os.path.join(directory, n) for n in shards],
                                     self.modes_.shape[1], self.index_ef_)
-        if self._index.n_rows != len(self.labels_):
-            raise ParameterError(f"SLK index holds {self._index.n_rows} rows, the model "
-                                 f"{len(self.labels_)}")
+        m = len(self.train_z_)
+        if self._index.n_rows != m:
+            raise ParameterError(f"SLK index holds {self._index.n_rows} rows, the model {m}")

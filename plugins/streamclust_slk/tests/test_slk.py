@@ -254,7 +254,9 @@ def test_reference_rows_solve_the_sample_and_extend_the_rest(tmp_path):
     assert m.history[-1]["modes_moved"] == 0  # so modes_ are the modes of the last solve
     Xd = X.astype(np.float64)
     A = np.exp(-((Xd[:, None] - m.modes_.astype(np.float64)[None]) ** 2).sum(2) / (2 * m.sigma2_))
-    Z = m.train_z_.astype(np.float64)
+    Z = np.load(tmp_path / "state_slk_best_Z.npy").astype(np.float64)  # every row's z
+    assert np.array_equal(m.train_ids_, ref)  # the model keeps the indexed rows' z only
+    np.testing.assert_array_equal(m.train_z_, Z[ref].astype(np.float32))
     local = np.searchsorted(ref, np.asarray(g.ids[ref]))
     k = g.ids.shape[1]
     As = sp.csr_matrix((np.ones(500 * k), local.ravel(), np.arange(0, 500 * k + 1, k)), shape=(500, 500))
@@ -265,3 +267,6 @@ def test_reference_rows_solve_the_sample_and_extend_the_rest(tmp_path):
                                atol=1e-5)
     assert nmi(y, m.labels_) >= 0.9
     assert (m.predict(X) == m.labels_).mean() >= 0.99  # predict applies the same rule
+    m.save(str(tmp_path / "model"))
+    back = streamclust.load_model(str(tmp_path / "model"))
+    np.testing.assert_array_equal(back.predict(X), m.predict(X))
