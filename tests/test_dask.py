@@ -117,6 +117,19 @@ def test_reference_graph_built_on_workers_equals_the_local_build(dask_executor, 
     assert len(np.unique(g["dask"].ids)) <= 700
 
 
+def test_slk_on_a_reference_sample_fits_the_same_on_workers(dask_executor):
+    """SLK's extension pass (every row from the sample's z) on the workers: the same labels and
+    z as the local fit."""
+    X, _ = make_blobs(n=3000, k=4, d=6, seed=7, spread=1.0)
+    kw = dict(reference_rows=800, n_init=1, progress=False, batch_size=512,
+              knn_options={"threads": 2, "min_cell_rows": 100, "cell_rows": 400})
+    local = streamclust.fit(X, "slk", 4, **kw)
+    dask = streamclust.fit(X, "slk", 4, executor=dask_executor, **kw)
+    assert len(local.train_z_) == 800
+    np.testing.assert_array_equal(dask.labels_, local.labels_)
+    np.testing.assert_allclose(dask.train_z_, local.train_z_, rtol=1e-6, atol=1e-7)
+
+
 def test_numba_threads_are_a_share_of_each_machine(dask_executor):
     shares = dask_executor.shares()
     workers = dask_executor.client.scheduler_info()["workers"]
