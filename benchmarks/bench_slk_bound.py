@@ -14,7 +14,9 @@ fit's pass):
   follow it (sequential reads: what the multiply-adds and the softmax cost without the random
   reads of the neighbours' rows of Z).
 
-The gap between the first row and the last is memory latency (docs/scale.md, SLK).
+The gap between the first row and the last is memory latency (docs/scale.md, SLK).  When the fit
+had a reference sample (above ``reference_rows`` rows) the rows are the sample's: its own graph
+in id order, in RCM order (what the fit runs), and the bare arithmetic at the same degree.
 """
 import argparse
 import os
@@ -65,8 +67,18 @@ def main():
     if not (os.path.exists(state) and os.path.isdir(os.path.join(a.work_dir, KNN_DIR))):
         ap.error(f"{a.work_dir}: no SLK row state (state_slk_A.npy) and graph ({KNN_DIR}/); "
                  "run `streamclust fit DATA -a slk -k K --work-dir DIR --max-epochs 1` first")
-    W = KNNGraph.load(os.path.join(a.work_dir, KNN_DIR)).symmetric().tocsr()
-    A = np.load(state)
+    g = KNNGraph.load(os.path.join(a.work_dir, KNN_DIR))
+    A = np.load(state, mmap_mode="r")
+    if g.reference is None:
+        W, A = g.symmetric().tocsr(), np.array(A)
+        orders = ("data order (the fit's pass)", "reverse Cuthill-McKee order")
+    else:  # above reference_rows the fit iterates on the sample's own graph, in RCM order
+        ref = np.asarray(g.reference)
+        local = np.searchsorted(ref, np.asarray(g.ids[ref]))
+        m, k = local.shape
+        As = sp.csr_matrix((np.ones(m * k), local.ravel(), np.arange(0, m * k + 1, k)), shape=(m, m))
+        W, A = ((As + As.T) * 0.5).tocsr(), np.array(A[ref])
+        orders = ("reference sample, id order", "reference sample, RCM order (the fit's solve)")
     n = len(A)
     deg = max(1, int(round(W.nnz / n)))
     t0 = time.perf_counter()
@@ -74,8 +86,8 @@ def main():
     t_perm = time.perf_counter() - t0
     idx = (np.arange(n)[:, None] + np.arange(1, deg + 1)[None]) % n
     seq = sp.csr_matrix((np.ones(n * deg), idx.ravel(), np.arange(0, n * deg + 1, deg)), shape=(n, n))
-    rows = [("data order (the fit's pass)", timed(W, A, a.repeat)),
-            ("reverse Cuthill-McKee order", timed(W[perm][:, perm].tocsr(), A[perm], a.repeat)),
+    rows = [(orders[0], timed(W, A, a.repeat)),
+            (orders[1], timed(W[perm][:, perm].tocsr(), A[perm], a.repeat)),
             (f"bare arithmetic ({deg} sequential neighbours)", timed(seq, A, a.repeat))]
     bare = rows[-1][1]
     print(f"{n} rows × {A.shape[1]} clusters, {W.nnz / n:.2f} neighbours per row (symmetrised); "

@@ -83,7 +83,7 @@ class SLK(Starts, Algorithm):
         m = h["reference_rows"] if 0 < h["reference_rows"] < n_rows else n_rows
         graph = 3 * 2 * h["n_neighbors"] * 16 * m
         return [(graph + m * L * (3 * 8 + 4), f"SLK's graph and z on {m} rows", "reference_rows"),
-                (3 * 4 * n_rows, f"SLK's labels of {n_rows} rows", "the rows")]
+                (3 * 4 * n_rows, f"SLK's labels of {n_rows} rows", "the rows per fit")]
 
     # -- fit ------------------------------------------------------------------------------------
     def start(self, ctx) -> None:
