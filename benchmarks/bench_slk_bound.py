@@ -92,7 +92,7 @@ def main():
     bare = rows[-1][1]
     print(f"{n} rows × {A.shape[1]} clusters, {W.nnz / n:.2f} neighbours per row (symmetrised); "
           f"the RCM order took {t_perm:.2f} s to compute")
-    table([[name, round(s, 3), round(s / bare, 2)] for name, s in rows],
+    table([[name, f"{s:.4f}", round(s / bare, 2)] for name, s in rows],
           ["one bound iteration", "s", "/ bare"])
 
 
