@@ -242,7 +242,7 @@ def test_reference_rows_solve_the_sample_and_extend_the_rest(tmp_path):
     """Above ``reference_rows`` the bound is solved on the sample's own graph W_S = (A_S+A_Sᵀ)/2
     (a fixed point of z = softmax(a + λ W_S z) on the sampled rows, untouched by the other rows'
     edges) and every other row is softmax(a + λ Σ z of its sampled neighbours)."""
-    from streamclust.graph.knn import KNNGraph
+    from streamclust.toolkit import KNNGraph
     X, y = _moons(1500, seed=6)
     lam = 1.0
     m = streamclust.fit(X, "slk", 2, normalize=False, reference_rows=500, n_init=1, tol=0,
