@@ -63,9 +63,9 @@ def main():
     ap.add_argument("--work-dir", required=True, help="work directory of an SLK fit")
     ap.add_argument("--repeat", type=int, default=3)
     a = ap.parse_args()
-    state = os.path.join(a.work_dir, "state_slk_A.npy")
+    state = os.path.join(a.work_dir, "scratch_slk_A.npy")
     if not (os.path.exists(state) and os.path.isdir(os.path.join(a.work_dir, KNN_DIR))):
-        ap.error(f"{a.work_dir}: no SLK row state (state_slk_A.npy) and graph ({KNN_DIR}/); "
+        ap.error(f"{a.work_dir}: no SLK row state (scratch_slk_A.npy) and graph ({KNN_DIR}/); "
                  "run `streamclust fit DATA -a slk -k K --work-dir DIR --max-epochs 1` first")
     g = KNNGraph.load(os.path.join(a.work_dir, KNN_DIR))
     A = np.load(state, mmap_mode="r")

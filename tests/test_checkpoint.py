@@ -59,6 +59,21 @@ def test_a_checkpoint_of_another_run_is_refused(tmp_path):
         streamclust.fit(data, "dgmm", 12, features="embedding", resume=True)
 
 
+def test_a_fresh_fit_drops_the_row_state_an_earlier_fit_left(tmp_path):
+    """Checkpoints copy every ``state_*`` file of the work directory: a fresh fit first removes
+    those of an earlier fit (and its scratch), so they are not copied after every epoch."""
+    data = _data(tmp_path, 1000)
+    work = tmp_path / "w"
+    streamclust.fit(data, "slk", 3, features="embedding", max_epochs=1, work_dir=str(work),
+                    progress=False, n_init=1)
+    assert any(n.startswith("state_slk_") for n in os.listdir(work))
+    assert any(n.startswith("scratch_slk_") for n in os.listdir(work))
+    streamclust.fit(data, "dgmm", 12, features="embedding", max_epochs=1, work_dir=str(work),
+                    progress=False, **DGMM)
+    left = os.listdir(work) + os.listdir(work / "checkpoint")
+    assert not [n for n in left if "slk" in n], left
+
+
 def test_a_work_directory_in_use_is_refused(tmp_path):
     data = _data(tmp_path, 500)
     work = str(tmp_path / "w")

@@ -113,10 +113,12 @@ class SLK(Starts, Algorithm):
                             + hint)
         self._inv2s2 = 1.0 / (2.0 * self.sigma2_)
         rs = ctx.row_state
-        self._A = rs("slk_A", (n, L), np.float64, existing=existing)
-        Z0 = rs("slk_Z0", (n, L), np.float64, existing=existing)
-        # the second buffer of the Jacobi iterations over all rows (the sample's are in memory)
-        self._Z = [Z0, Z0 if self._sample else rs("slk_Z1", (n, L), np.float64, existing=existing)]
+        # A and Z: every epoch writes them (kernel pass, bound) before reading them, so they are
+        # not checkpointed; the second Z buffer only for the Jacobi iterations over all rows
+        self._A = rs("slk_A", (n, L), np.float64, existing=existing, checkpoint=False)
+        Z0 = rs("slk_Z0", (n, L), np.float64, existing=existing, checkpoint=False)
+        self._Z = [Z0, Z0 if self._sample else
+                   rs("slk_Z1", (n, L), np.float64, existing=existing, checkpoint=False)]
         self._labels = rs("slk_labels", (n,), np.int32, existing=existing)
         self._best_Z = rs("slk_best_Z", (n, L), np.float32, existing=existing)
         self._cur = 0

@@ -149,6 +149,14 @@ def _prepare(algo, d, work_dir, executor, opts) -> _State:
     return _State(algo, d, ctx, run, identity, show, not opts["owned"] and algo.can_resume(), info)
 
 
+def _clear_row_state(work_dir: str) -> None:
+    """A fresh fit removes the row state an earlier fit left in its work directory (checkpoints
+    copy every ``state_*`` file, so a stale one would be copied after every epoch)."""
+    for name in os.listdir(work_dir):
+        if name.startswith(("state_", "scratch_")) and os.path.isfile(os.path.join(work_dir, name)):
+            os.remove(os.path.join(work_dir, name))
+
+
 def _begin(st: _State, resume: bool):
     """Restore the algorithm from the work directory's checkpoint (``resume``) or ``start`` it.
     Returns the first epoch to run."""
@@ -157,6 +165,7 @@ def _begin(st: _State, resume: bool):
     if resume and found is None:
         log.warning("%s: no checkpoint to resume from; starting a fresh fit", ctx.work_dir)
     if found is None:
+        _clear_row_state(ctx.work_dir)
         t = time.perf_counter()
         algo.start(ctx)
         st.info["start"] = {"seconds": time.perf_counter() - t,

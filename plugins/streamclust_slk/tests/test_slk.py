@@ -170,6 +170,12 @@ def test_slk_resumes_across_runs_of_a_lambda_grid(tmp_path):
     for stop in (1, 3, 6):  # inside the first run, at a run boundary, in a later run
         part = streamclust.fit(t, "slk", 3, max_epochs=stop, work_dir=work, resume=stop > 1, **kw)
         assert len(part.history) == min(stop, len(full.history))
+    ckpt = os.listdir(os.path.join(work, "checkpoint"))  # A and Z are not checkpointed
+    assert "state_slk_best_Z.npy" in ckpt and not any("slk_A" in n or "slk_Z" in n for n in ckpt)
+    scratch = [n for n in os.listdir(work) if n.startswith("scratch_slk_")]
+    assert len(scratch) == 3  # A, Z0, Z1: every epoch rewrites them, so a resume needs none
+    for name in scratch:
+        os.remove(os.path.join(work, name))
     done = streamclust.fit(t, "slk", 3, max_epochs=100, work_dir=work, resume=True, **kw)
     assert [h["discrete_energy"] for h in done.history] == \
         pytest.approx([h["discrete_energy"] for h in full.history], rel=1e-9)
