@@ -255,9 +255,5 @@ def test_a_killed_worker_costs_the_fit_nothing(tmp_path_factory, algorithm, tria
     assert took <= 2 * seconds + 10, f"{took:.1f} s against {seconds:.1f} s uninterrupted"
     got = streamclust.load_model(str(out)).predict(X.astype(np.float32))
     want = reference.predict(X.astype(np.float32))
-    if algorithm == "ncutemb":  # SGD shares averaged: the shares' number may differ after a loss
-        from streamclust.toolkit import nmi
-        assert nmi(y, got) >= nmi(y, want) - 0.02
-    else:
-        from streamclust.toolkit import nmi
-        assert nmi(want, got) > 0.999, "labels differ from the uninterrupted fit"
+    from streamclust.toolkit import nmi  # NCutEmb's SGD shares too: their number is fixed
+    assert nmi(want, got) > 0.999, "labels differ from the uninterrupted fit"  # at the start

@@ -113,6 +113,10 @@ class DaskExecutor:
         self.pass_tries = int(pass_tries)
         self._shares_for = None
         self._shares = None
+        # the number of shares an SGD scan is cut into, fixed by the workers there are now (or
+        # at the first scan, when none have joined yet): a worker lost or added later does not
+        # change an SGD result, only where its shares run
+        self._scan_split = self.parallelism() if self._workers() else 0
 
     def __enter__(self):
         return self
@@ -286,14 +290,17 @@ class DaskExecutor:
     def scan(self, step: Callable, data, carry, params, *, blocks, state=(),
              combine: Callable | None = None, progress: Callable[[int], None] | None = None):
         """The ordered pass on the cluster: ``blocks`` (already in their visiting order) are cut
-        into one contiguous share per worker thread; each share runs from the same ``carry``;
+        into one contiguous share per worker thread the executor found when it was created (so
+        a lost worker changes where shares run, not the result); each share runs from the same ``carry``;
         the shares' carries are combined (``combine(carries, rows)``, default: row-weighted
         mean).  With one worker thread this is the local pass exactly."""
         if not blocks:
             return carry, {"shares": 0, "rows": 0, "spread": 0.0}
         source = self._source(data)
         items = list(blocks) if source is not None else [data.rows(s, e) for s, e in blocks]
-        groups = split(items, self.parallelism())
+        if not self._scan_split:
+            self._scan_split = self.parallelism()
+        groups = split(items, self._scan_split)
         refs, arrays = self._state_refs(state)
         sync = self._other_hosts()
 
