@@ -44,8 +44,8 @@ from streamclust import Algorithm, Assignment, EpochReport, Requirements
 from streamclust.toolkit import DataError, KNNIndex, ParameterError
 
 from . import kernels as kn
-from .passes import (bound_step, energy_step, kernel_step, label_step,
-                     meanshift_step, merge_labels, merge_nearest, nearest_row_step)
+from .passes import (bound_step, energy_step, jacobi, kernel_only_step, kernel_step,
+                     label_step, meanshift_step, merge_labels, merge_nearest, nearest_row_step)
 from .params import PARAMS, parse_grid
 from .sample import SampleSolve
 from .starts import Starts
@@ -187,12 +187,14 @@ class SLK(Starts, Algorithm):
 
     def run_epoch(self, ctx) -> EpochReport:
         h = self.hyper
-        ctx.count_distances(ctx.aggregate(kernel_step, (self._modes, self._inv2s2),
-                                          state=(self._A, self._Z[self._cur])))
         if self._sample is not None:  # reference rows: solved on the sample, then extended
+            ctx.count_distances(ctx.aggregate(kernel_only_step, (self._modes, self._inv2s2),
+                                              state=(self._A,)))
             it, bound, E = self._sample.solve(ctx, self._A, self._Z[self._cur], self._lam,
                                               h["bound_tol"], h["bound_max_iter"])
         else:
+            ctx.count_distances(ctx.aggregate(kernel_step, (self._modes, self._inv2s2),
+                                              state=(self._A, self._Z[self._cur])))
             it, bound = self._bound(ctx)
         Z = self._Z[self._cur]
         best_val, best_row, sizes = ctx.aggregate(label_step, None, state=(Z, self._labels),
@@ -232,15 +234,12 @@ class SLK(Starts, Algorithm):
 
     def _bound(self, ctx):
         """Jacobi bound iterations over all rows, one pass each, from z = softmax(a)."""
-        h, prev = self.hyper, None
-        for it in range(1, h["bound_max_iter"] + 1):
+        def iteration():
             old, new = self._Z[self._cur].array, self._Z[1 - self._cur]
             bound = ctx.aggregate(bound_step, (self._graph, old, self._lam), state=(self._A, new))
             self._cur = 1 - self._cur
-            if prev is not None and abs(bound - prev) <= h["bound_tol"] * abs(prev):
-                break
-            prev = bound
-        return it, bound
+            return bound
+        return jacobi(iteration, self.hyper["bound_tol"], self.hyper["bound_max_iter"])
 
     def _meanshift(self, ctx, Z) -> int:
         h = self.hyper

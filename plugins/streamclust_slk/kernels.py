@@ -150,6 +150,7 @@ def extend_rows(start, A, nbr_ids, sample, lam, Z_out):
     m = len(ref)
     parts = np.zeros(n)
     buf = np.empty((n, L))
+    pos = np.empty((n, k), np.int64)  # the neighbours' places in the sample, searched once
     for i in nb.prange(n):
         p = start + i
         j = np.searchsorted(ref, p)
@@ -162,6 +163,7 @@ def extend_rows(start, A, nbr_ids, sample, lam, Z_out):
             s[l] = A[i, l]
         for t in range(k):
             q = np.searchsorted(ref, nbr_ids[i, t])
+            pos[i, t] = q
             for l in range(L):
                 s[l] += lam * Z_ref[q, l]
         softmax_into(s, s)
@@ -172,7 +174,7 @@ def extend_rows(start, A, nbr_ids, sample, lam, Z_out):
                 b = l
         cut = 0
         for t in range(k):
-            if lab_ref[np.searchsorted(ref, nbr_ids[i, t])] != b:
+            if lab_ref[pos[i, t]] != b:
                 cut += 1
         parts[i] = -A[i, b] + lam * cut
     return parts.sum()

@@ -12,6 +12,26 @@ def kernel_step(batch, state, params):
     return len(batch.X) * len(modes)
 
 
+def kernel_only_step(batch, state, params):
+    """A only: with a reference sample z is set by the sample's solve and the extension pass."""
+    (A,) = state
+    modes, inv2s2 = params
+    kn.mode_kernel(batch.X, modes, inv2s2, A)
+    return len(batch.X) * len(modes)
+
+
+def jacobi(iteration, tol, max_iter):
+    """``iteration()`` (one Jacobi bound update, returning the bound energy) until the energy
+    changes by at most ``tol`` relatively, at most ``max_iter`` times: (iterations, energy)."""
+    prev = None
+    for it in range(1, max_iter + 1):
+        bound = iteration()
+        if prev is not None and abs(bound - prev) <= tol * abs(prev):
+            break
+        prev = bound
+    return it, bound
+
+
 def bound_step(batch, state, params):
     A, Z_new = state
     graph, Z_old, lam = params

@@ -18,6 +18,7 @@ import numpy as np
 from streamclust.toolkit import DataError
 
 from . import kernels as kn
+from .passes import jacobi
 
 
 def extend_step(batch, state, params):
@@ -55,23 +56,21 @@ class SampleSolve:
         return len(self.ref)
 
     def solve(self, ctx, A_state, Z_state, lam: float, tol: float, max_iter: int):
-        """Bound iterations on the sample from z = softmax(a), then the pass that extends z to
-        every row (into ``Z_state``); returns (iterations, bound energy of the sample, discrete
+        """Bound iterations on the sample from z = softmax(a) (``A_state`` holds a from the
+        kernel pass), then the pass that extends z to every row (into ``Z_state``); returns (iterations, bound energy of the sample, discrete
         energy of all rows)."""
         A = np.asarray(A_state.array[self.ref[self.order]], np.float64)
         Z = [np.empty_like(A), np.empty_like(A)]
         kn.softmax_rows(A, Z[0])
-        cur, prev = 0, None
-        for it in range(1, max_iter + 1):
-            bound = kn.bound_rows(0, A, self.graph, Z[cur], lam, Z[1 - cur])
-            cur = 1 - cur
-            if prev is not None and abs(bound - prev) <= tol * abs(prev):
-                break
-            prev = bound
-        labels = Z[cur].argmax(1).astype(np.int32)
+        def iteration():
+            bound = kn.bound_rows(0, A, self.graph, Z[0], lam, Z[1])
+            Z.reverse()
+            return bound
+        it, bound = jacobi(iteration, tol, max_iter)
+        labels = Z[0].argmax(1).astype(np.int32)
         energy = kn.discrete_energy_rows(0, A, self.graph, labels, lam)
         Zs, ls = np.empty_like(A), np.empty_like(labels)  # back to the order of the ids
-        Zs[self.order], ls[self.order] = Z[cur], labels
+        Zs[self.order], ls[self.order] = Z[0], labels
         energy += ctx.aggregate(extend_step, (self.ids, (self.ref, Zs, ls), lam),
                                 state=(A_state, Z_state))
         return it, float(bound), float(energy)

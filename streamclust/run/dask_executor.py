@@ -116,7 +116,7 @@ class DaskExecutor:
         # the number of shares an SGD scan is cut into, fixed by the workers there are now (or
         # at the first scan, when none have joined yet): a worker lost or added later does not
         # change an SGD result, only where its shares run
-        self._scan_split = self.parallelism() if self._workers() else 0
+        self._scan_split = sum(int(w.get("nthreads", 1)) for w in self._workers().values())
 
     def __enter__(self):
         return self
