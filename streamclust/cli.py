@@ -328,7 +328,10 @@ def sweep(data, algorithm, ks, sample, seeds, features, exclude, scale, sets, se
 @click.option("--cell-rows", type=click.IntRange(1, 2**40), default=50_000, show_default=True,
               help="Rows per hnswlib index, on average (the cells being built must fit in memory).")
 @click.option("--ef", type=click.IntRange(0, INT32), default=0, help="Query breadth (0: 24; never below 2k + 2).")
-@click.option("--M", "m", type=click.IntRange(2, 65_535), default=16, show_default=True, help="hnswlib graph degree.")
+@click.option("--degree", type=click.IntRange(0, 65_535), default=0, show_default=True,
+              help="Length of a row's list while its cell is built by NN-descent (0: max(12, 1.2 k)).")
+@click.option("--M", "m", type=click.IntRange(2, 65_535), default=16, show_default=True,
+              help="Links per row of the hnswlib index built for queries (predict).")
 @click.option("--batch-size", type=click.IntRange(1, INT32), default=65536, show_default=True)
 @click.option("--scheduler", default=None, metavar="ADDRESS",
               help="Build and search the cells on a dask.distributed cluster (or 'local'); --out "
@@ -339,8 +342,8 @@ def sweep(data, algorithm, ks, sample, seeds, features, exclude, scale, sets, se
 @click.option("--workers", type=click.IntRange(1, 10_000), default=None, help="Workers of --scheduler local (default 2).")
 @click.option("--reference-rows", type=click.IntRange(0, 2**40), default=0, show_default=True,
               help="Search each row's neighbours among a uniform sample of this many rows (0: all rows).")
-def graph(data, neighbors, features, exclude, scale, out, cell_rows, ef, m, batch_size, scheduler,
-          workers, memory_limit, reference_rows):
+def graph(data, neighbors, features, exclude, scale, out, cell_rows, ef, degree, m, batch_size,
+          scheduler, workers, memory_limit, reference_rows):
     """Build the kNN graph of DATA (ids N×k int64, distances N×k float32) into --out."""
     import os
     import time
@@ -353,7 +356,8 @@ def graph(data, neighbors, features, exclude, scale, out, cell_rows, ef, m, batc
     try:
         g = knn_graph(data, neighbors, features=_split(features), exclude=_split(exclude),
                       scale=scale, work_dir=out,
-                      batch_size=batch_size, cell_rows=cell_rows, ef=ef, M=m, executor=executor,
+                      batch_size=batch_size, cell_rows=cell_rows, ef=ef, degree=degree, M=m,
+                      executor=executor,
                       memory_limit=memory_limit, reference_rows=reference_rows)
     finally:
         if executor is not None:

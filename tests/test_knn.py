@@ -135,7 +135,7 @@ def test_boundary_test_keeps_every_cell_holding_a_true_neighbour():
     assign(X, 0, len(X), centres, own, 256)
     ids, dist = _exact(X, 6)
     pairs = probe_pairs(X, own, lambda s, e: dist[s:e, -1] * (1 + 1e-6), 0, len(X), centres, 256, 0)
-    searched = {(int(r), int(c)) for rows, cells in pairs() for r, c in zip(rows, cells)}
+    searched = {(int(r), int(c)) for rows, cells, _ in pairs() for r, c in zip(rows, cells)}
     needed = {(i, int(own[j])) for i in range(len(X)) for j in ids[i] if own[j] != own[i]}
     assert needed and needed <= searched
     assert len(searched) < 0.5 * len(X) * (len(centres) - 1)  # the test prunes

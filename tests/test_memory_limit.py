@@ -76,14 +76,14 @@ def test_a_graph_whose_cells_cannot_fit_stops_before_the_cache_pass(tmp_path):
 def test_a_small_budget_makes_smaller_cells_and_the_same_quality(tmp_path):
     X, _ = make_blobs(n=20000, k=8, d=64, seed=3, spread=2.0)
     X = X.astype(np.float32)
-    cells = 4 * 2 * 2 * cell_row_bytes(64, 16, 10) * 1000  # room for ~4000-row cells, 2 threads
+    cells = 4 * 2 * 2 * cell_row_bytes(64, 12, 10) * 1000  # room for ~4000-row cells, 2 threads
     limit = BASELINE + batch_bytes(1024, 64) + cells
     work = str(tmp_path / "w")
     g = streamclust.knn_graph(X, 5, work_dir=work, batch_size=1024, threads=2, memory_limit=limit)
     meta = json.load(open(os.path.join(work, "knn", "knn.json")))
     assert 3000 <= meta["cell_rows"] <= 4000 and len(meta["cells"]) >= 5
     # what the cells being built are estimated to hold stays inside the budget
-    held = 2 * 2 * meta["cell_rows"] * cell_row_bytes(64, 16, 10)
+    held = 2 * 2 * meta["cell_rows"] * cell_row_bytes(64, 12, 10)
     assert BASELINE + batch_bytes(1024, 64) + held <= limit
     sample = np.arange(0, 20000, 50)
     D = ((X[sample, None, :] - X[None, :, :]) ** 2).sum(2)

@@ -70,10 +70,16 @@ def check_batches(limit: int, batch_size: int, n_features: int) -> int:
     return limit - need
 
 
-def cell_row_bytes(n_features: int, M: int, k: int) -> int:
-    """One row of a kNN cell in memory: its features gathered and in the hnswlib index (links,
-    label), and its answers while merging (2k neighbours when appending)."""
-    return 8 * n_features + 8 * M + 24 * k + 64
+def cell_row_bytes(n_features: int, degree: int, k: int, max_candidates: int = 0,
+                   M: int = 16) -> int:
+    """One row of a kNN cell in memory, the larger of its NN-descent build (its features
+    gathered, its list and flags, two candidate lists, the search graph with reverse edges) and
+    its hnswlib index for queries (features, links, label); with its answers while merging
+    (``k`` neighbours: pass 2k for appending)."""
+    mc = max_candidates or 2 * degree
+    descent = 4 * n_features + 9 * degree + 16 * mc + 8 * degree + 16
+    hnsw = 8 * n_features + 8 * M
+    return max(descent, hnsw) + 24 * k + 64
 
 
 def summary_parts(sample: int, coreset: int, n_rows: int | None, n_features: int) -> list:

@@ -24,7 +24,7 @@ import numpy as np
 from .cells import (assign, assigned_pairs, bucket, coarse_centres, count_pairs, insert_rows,
                     join_new, n_cells, probe_pairs, reverse_edges)
 from ..base.atomic import atomic_save_npy
-from .tasks import build_cell, read_result, reference_path, search_cell
+from .tasks import build_cell, centres_path, read_result, reference_path, search_cell
 
 log = logging.getLogger("streamclust")
 
@@ -67,13 +67,16 @@ def _search_cells(ctx, lists_out, first, assigned, start, stop, kq):
     ids, d2 = lists_out
     radius = lambda s, e: np.sqrt(d2[s - first:e - first, kq - 1])  # noqa: E731
     pairs = probe_pairs(X, assigned, radius, start, stop, centres, bs, ctx["max_probes"])
+    atomic_save_npy(centres_path(d), centres)
     counts = count_pairs(pairs, len(centres))
     path = os.path.join(d, "scratch_probes.npy")
     offsets = bucket(path, counts, pairs)
     cells = [int(c) for c in np.argsort(-counts, kind="stable") if counts[c]]  # largest first
     items = [(ctx["source"], d, c, (path, int(offsets[c]), int(offsets[c + 1])), ctx["settings"],
               bs, kq) for c in cells]
+    t0 = time.perf_counter()
     _run(ctx["executor"], ctx["nt"], search_cell, items, [int(counts[c]) for c in cells], None)
+    t1 = time.perf_counter()
     probes = np.load(path, mmap_mode="r")
     target = (np.asarray(ids), np.asarray(d2))
     for c in sorted(cells):  # merged in cell order: the same lists whatever ran first
@@ -82,6 +85,7 @@ def _search_cells(ctx, lists_out, first, assigned, start, stop, kq):
             lo, hi = a - offsets[c], b - offsets[c]
             insert_rows(target, np.array(probes[a:b]) - first,
                         (np.asarray(res[0][lo:hi]), np.asarray(res[1][lo:hi])))
+    log.debug("kNN probes: searched in %.1f s, merged in %.1f s", t1 - t0, time.perf_counter() - t1)
     if ctx["progress"]:
         ctx["progress"](stop - start)
     return int(counts.sum())
@@ -98,13 +102,14 @@ def _own_cells(ctx, lists_out, first, assigned, start, stop, counts, kq, extend)
               bs, kq, extend) for c in cells]
     _run(ctx["executor"], ctx["nt"], build_cell, items, [int(counts[c]) for c in cells],
          ctx["progress"])
-    members = np.load(path, mmap_mode="r")
     ids, d2 = lists_out
-    for c in cells:
-        res = read_result(d, "own", c)
-        for a, b in _chunks(offsets[c], offsets[c + 1], bs):
-            rows = np.array(members[a:b]) - first
-            ids[rows], d2[rows] = res[0][a - offsets[c]:b - offsets[c]], res[1][a - offsets[c]:b - offsets[c]]
+    for c in cells:  # rows before ``first``: old rows of an extended cell (see extend_build)
+        r_ids, r_d2, r_rows = read_result(d, "own", c)
+        for a, b in _chunks(0, len(r_rows), bs):
+            rows = np.array(r_rows[a:b]) - first
+            keep = rows >= 0
+            ids[rows[keep]], d2[rows[keep]] = r_ids[a:b][keep], r_d2[a:b][keep]
+    return cells
 
 
 def _chunks(start, stop, size):
@@ -149,12 +154,19 @@ def extend_build(ctx, out, old_graph, n_old, old_counts):
     kq = 2 * k
     new = _lists(os.path.join(d, "scratch_new.ids.npy"), os.path.join(d, "scratch_new.d2.npy"),
                  (n - n_old, kq))
-    _own_cells(ctx, new, n_old, assigned, n_old, n, new_counts, kq, True)
+    grown = _own_cells(ctx, new, n_old, assigned, n_old, n, new_counts, kq, True)
     ctx["probed"] = _search_cells(ctx, new, n_old, assigned, n_old, n, kq)
     ids, d2 = _lists(*out, (n, k))
     for s in range(0, n_old, bs):
         e = min(n_old, s + bs)
         ids[s:e], d2[s:e] = old_graph[0][s:e], np.square(old_graph[1][s:e])
+    for c in grown:  # old rows of a grown cell: their lists in it, improved by the new rows
+        r_ids, r_d2, r_rows = read_result(d, "own", c)
+        for a, b in _chunks(0, len(r_rows), bs):
+            rows = np.array(r_rows[a:b])
+            old = rows < n_old
+            insert_rows((np.asarray(ids), np.asarray(d2)), rows[old],
+                        (np.asarray(r_ids[a:b])[old], np.asarray(r_d2[a:b])[old]))
     reference = ctx["settings"].get("reference_rows", 0)
     if not reference:  # with reference rows new rows are not indexed: old rows keep their lists
         reverse_edges((np.asarray(ids), np.asarray(d2)), (np.asarray(new[0]), np.asarray(new[1])),

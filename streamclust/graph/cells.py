@@ -59,22 +59,36 @@ def assign(X, start: int, stop: int, centres, out, batch_size: int) -> np.ndarra
     return counts
 
 
+def bound_path(path: str) -> str:
+    """The file beside a bucket file holding a value per entry (see :func:`bucket`)."""
+    return path[:-len(".npy")] + ".bound.npy"
+
+
 def bucket(path: str, counts: np.ndarray, pairs) -> np.ndarray:
     """Rows grouped by cell into the int64 file ``path`` (rows ascending within a cell);
-    ``pairs()`` yields ``(rows, cells)`` array pairs in row order.  Returns the offsets
-    (C + 1): the rows of cell c are ``[offsets[c], offsets[c + 1])``."""
+    ``pairs()`` yields ``(rows, cells)`` array pairs in row order, or ``(rows, cells,
+    values)``: then the values (float32) go in the same places of :func:`bound_path`.
+    Returns the offsets (C + 1): the rows of cell c are ``[offsets[c], offsets[c + 1])``."""
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    out = np.lib.format.open_memmap(path, "w+", np.int64, (max(int(offsets[-1]), 1),))
+    size = (max(int(offsets[-1]), 1),)
+    out = np.lib.format.open_memmap(path, "w+", np.int64, size)
+    values = None
     cursor = offsets[:-1].copy()
-    for rows, cells in pairs():
+    for rows, cells, *rest in pairs():
         order = np.argsort(cells, kind="stable")
         rows, cells = rows[order], cells[order]
         per = np.bincount(cells, minlength=len(counts))
         first = np.concatenate([[0], np.cumsum(per)[:-1]])
         pos = cursor[cells] + (np.arange(len(cells)) - first[cells])
         out[pos] = rows
+        if rest:
+            if values is None:
+                values = np.lib.format.open_memmap(bound_path(path), "w+", np.float32, size)
+            values[pos] = rest[0][order]
         cursor += per
     out.flush()
+    if values is not None:
+        values.flush()
     return offsets
 
 
@@ -89,10 +103,10 @@ def assigned_pairs(assigned, start: int, stop: int, batch_size: int):
 
 def probe_pairs(X, assigned, radius, start: int, stop: int, centres, batch_size: int,
                 max_probes: int):
-    """``(rows, cells)``: the other cells each row of ``[start, stop)`` must be searched in, by
-    the halfway-hyperplane test; ``radius(s, e)`` gives the rows' current k-th distances.  With
-    ``max_probes`` > 0 a row is searched in at most that many other cells (the nearest
-    hyperplanes first)."""
+    """``(rows, cells, r²)``: the other cells each row of ``[start, stop)`` must be searched in,
+    by the halfway-hyperplane test; ``radius(s, e)`` gives the rows' current k-th distances
+    (``r²`` repeats them squared, per pair).  With ``max_probes`` > 0 a row is searched in at
+    most that many other cells (the nearest hyperplanes first)."""
     c_sq = (centres * centres).sum(1)
     gap = 2.0 * np.sqrt(np.maximum(sqdist_to(centres, centres, c_sq), 0.0))
     np.fill_diagonal(gap, np.inf)
@@ -108,20 +122,21 @@ def probe_pairs(X, assigned, radius, start: int, stop: int, centres, batch_size:
             own = np.asarray(assigned[s:e], dtype=np.int64)
             h = (D - D[np.arange(e - s), own][:, None]) / gap[own]
             h[np.arange(e - s), own] = np.inf
-            h[~(h < radius(s, e)[:, None])] = np.inf
+            r = np.asarray(radius(s, e), dtype=np.float32)
+            h[~(h < r[:, None])] = np.inf
             if max_probes and max_probes < h.shape[1]:
                 keep = np.argpartition(h, max_probes - 1, axis=1)[:, :max_probes]
                 mask = np.zeros_like(h, dtype=bool)
                 np.put_along_axis(mask, keep, True, axis=1)
                 h[~mask] = np.inf
             rows, cells = np.nonzero(np.isfinite(h))
-            yield rows.astype(np.int64) + s, cells.astype(np.int64)
+            yield rows.astype(np.int64) + s, cells.astype(np.int64), np.square(r[rows])
     return gen
 
 
 def count_pairs(pairs, n_cells_: int) -> np.ndarray:
     counts = np.zeros(n_cells_, np.int64)
-    for _, cells in pairs():
+    for _, cells, *_ in pairs():
         counts += np.bincount(cells, minlength=n_cells_)
     return counts
 

@@ -68,7 +68,7 @@ class KNNIndex:
                 sel = np.flatnonzero(own == c)
                 lists[0][sel], lists[1][sel] = search(self._cell(c), X[sel], rows[sel], k, nt, self.ef)
             radius = lambda s, e: np.sqrt(lists[1][s:e, k - 1])  # noqa: E731
-            for sel, cells in probe_pairs(X, own, radius, 0, m, self.centres, m, 0)():
+            for sel, cells, _ in probe_pairs(X, own, radius, 0, m, self.centres, m, 0)():
                 for c in np.unique(cells):
                     r = sel[cells == c]
                     insert_rows(lists, r, search(self._cell(c), X[r], rows[r], k, nt, self.ef))

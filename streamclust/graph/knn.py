@@ -1,10 +1,11 @@
-"""kNN graphs out of core: rows partitioned into cells, one hnswlib index per cell.
+"""kNN graphs out of core: rows partitioned into cells, each cell's graph built by NN-descent.
 
 Coarse centres (k-means on a sample) split the rows into cells of about ``cell_rows`` rows (at
-least one per thread when each gets ``min_cell_rows``); a row is indexed in the cell of its
-nearest centre, searched there, and then searched in another cell only when that cell can hold
-a row nearer than its k-th neighbour so far (the halfway-hyperplane test of
-:mod:`streamclust.graph.cells`).  The work grows linearly with the rows and only the cells being
+least one per thread when each gets ``min_cell_rows``); a row joins the graph of the cell of
+its nearest centre (NN-descent, :mod:`streamclust.graph.descent`), and is then searched in
+another cell's graph only when that cell can hold a row nearer than its k-th neighbour so far
+(the halfway-hyperplane test of :mod:`streamclust.graph.cells`).  A cell's hnswlib index, for
+queries of new rows (:func:`load_index`), is built the first time one is asked for.  The work grows linearly with the rows and only the cells being
 built or searched are in memory (:mod:`streamclust.graph.build`).  The graph is ``ids`` (N × k
 int64) and ``distances`` (N × k float32, Euclidean), nearest first, written to
 ``<work_dir>/knn/`` (temporary names, then renamed) with ``knn.json`` and ``centres.npy``.
@@ -21,6 +22,7 @@ of threads only through the rule above; local and distributed builds give the sa
 from __future__ import annotations
 
 import hashlib
+import math
 import json
 import os
 import shutil
@@ -38,16 +40,16 @@ from ..base.threads import n_threads
 from .build import extend_build, full_build
 from .cells import remove_scratch
 from .index import KNNIndex
-from .tasks import cell_path, reference_path
+from .tasks import cell_path, hnsw_cell, reference_path
 from ..data.sources import open_data
 
 KNN_DIR = "knn"
 META = "knn.json"
 #: settings that must match for a graph to be reused or extended
-_KEY = ("n_features", "k", "M", "ef_construction", "ef", "cell_rows", "min_cell_rows", "max_probes",
-        "seed", "threads", "layout", "reference_rows")
+_KEY = ("n_features", "k", "degree", "max_candidates", "entries", "ef", "cell_rows",
+        "min_cell_rows", "max_probes", "seed", "threads", "layout", "reference_rows")
 _KEY_DEFAULTS = {"reference_rows": 0}  # the value of a key graphs written before it had
-_LAYOUT = "cells-1"  # graphs of the earlier sharded layout are rebuilt
+_LAYOUT = "cells-2"  # graphs of earlier layouts (hnswlib-built cells, shards) are rebuilt
 
 
 def query_ef(ef: int, k: int) -> int:
@@ -124,14 +126,20 @@ def _read_meta(path):
         return None
 
 
-def fit_cells(memory_limit, cell_rows: int, threads: int, dim: int, M: int, k: int,
-              batch_size: int) -> int:
+def list_length(degree: int, k: int) -> int:
+    """The length of a row's list while a cell is built (``degree``; 0: ⌈1.2 k⌉, at least 12):
+    NN-descent finds the k nearest more surely and its graph is walked better with a few more."""
+    return max(int(degree) or max(12, math.ceil(1.2 * k)), k)
+
+
+def fit_cells(memory_limit, cell_rows: int, threads: int, dim: int, degree: int, k: int,
+              batch_size: int, max_candidates: int = 0) -> int:
     """``cell_rows``, lowered until ``threads`` cells being built at once (a cell may reach
     twice the average) fit in ``memory_limit`` beside the process and a batch; a one-line error
     when not even cells of 1 000 rows do."""
     limit = budget(memory_limit)
     left = check_batches(limit, batch_size, dim)
-    per_row = 2 * threads * cell_row_bytes(dim, M, 2 * k)
+    per_row = 2 * threads * cell_row_bytes(dim, list_length(degree, k), 2 * k, max_candidates)
     if left < 1000 * per_row:
         raise ParameterError(
             f"memory_limit {mib(limit)} is too small for the kNN graph: {threads} cells of 1000 "
@@ -158,14 +166,16 @@ def _settings(cache, n_neighbors, options, executor, batch_size):
         if old in options:  # the settings of the sharded layout, renamed
             warnings.warn(f"kNN option {old!r} is now {new!r}", FutureWarning, stacklevel=4)
             options.setdefault(new, options.pop(old))
-    o = dict(cell_rows=50_000, M=16, ef_construction=100, ef=0, seed=0, threads=-1,
-             min_cell_rows=10_000, max_probes=2, memory_limit=None, reference_rows=0)
+    o = dict(cell_rows=50_000, degree=0, max_candidates=0, entries=1024, ef=0, M=16,
+             ef_construction=100, seed=0, threads=-1, min_cell_rows=10_000, max_probes=3,
+             memory_limit=None, reference_rows=0)
     unknown = set(options) - set(o)
     if unknown:
         raise ParameterError(f"unknown kNN option(s) {sorted(unknown)}; known: {sorted(o)}")
     o.update(options)
     for name, low in (("cell_rows", 1), ("M", 2), ("ef_construction", 1), ("min_cell_rows", 1),
-                      ("max_probes", 0), ("ef", 0), ("reference_rows", 0)):
+                      ("max_probes", 0), ("ef", 0), ("reference_rows", 0), ("degree", 0),
+                      ("max_candidates", 0), ("entries", 1)):
         v = o[name]
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
             raise ParameterError(f"{name} must be an integer >= {low}, got {v!r}")
@@ -176,10 +186,14 @@ def _settings(cache, n_neighbors, options, executor, batch_size):
     threads = o["threads"]
     if getattr(executor, "distributed", False) and not (threads and threads > 0):
         threads = executor.parallelism()
-    cell_rows = fit_cells(o["memory_limit"], o["cell_rows"], n_threads(threads), dim, int(o["M"]),
-                          k, min(batch_size, n))
-    return {"n_features": dim, "k": k, "M": int(o["M"]), "ef_construction": int(o["ef_construction"]),
-            "ef": query_ef(o["ef"], k), "cell_rows": cell_rows,
+    degree = list_length(o["degree"], k)
+    mc = int(o["max_candidates"]) or 2 * degree
+    cell_rows = fit_cells(o["memory_limit"], o["cell_rows"], n_threads(threads), dim, degree,
+                          k, min(batch_size, n), mc)
+    return {"n_features": dim, "k": k, "degree": degree, "max_candidates": mc,
+            "entries": int(o["entries"]), "M": int(o["M"]),
+            "ef_construction": int(o["ef_construction"]), "ef": query_ef(o["ef"], k),
+            "cell_rows": cell_rows,
             "min_cell_rows": int(o["min_cell_rows"]), "max_probes": int(o["max_probes"]),
             "seed": int(o["seed"]), "threads": n_threads(threads), "layout": _LAYOUT,
             "reference_rows": reference}
@@ -190,9 +204,13 @@ def build_graph(cache: FeatureCache, n_neighbors: int, directory: str, *, batch_
     """The graph of the cached rows (see the module docstring): reused, extended or built.
 
     ``options``: ``memory_limit`` (bytes or ``"4GB"``; default half the memory available: lowers
-    ``cell_rows`` so that the cells being built fit, see :func:`fit_cells`), ``cell_rows`` (50 000), ``min_cell_rows`` (10 000), ``max_probes`` (2: the other
-    cells a row is searched in at most, nearest boundaries first; 0: every cell the test keeps), ``M`` (16), ``ef_construction`` (100), ``ef`` (0:
-    max(24, 2k + 2)), ``seed``, ``threads``, ``reference_rows`` (0: a row's neighbours are
+    ``cell_rows`` so that the cells being built fit, see :func:`fit_cells`), ``cell_rows``
+    (50 000), ``min_cell_rows`` (10 000), ``max_probes`` (3: the other cells a row is searched
+    in at most, nearest boundaries first; 0: every cell the test keeps), ``degree`` (0:
+    max(12, ⌈1.2 k⌉), a row's list while its cell is built), ``max_candidates`` (0: 2 ·
+    degree, NN-descent's sample per row), ``entries`` (1 024: rows a search in a cell starts
+    near), ``ef`` (0: max(24, 2k + 2), the results a search keeps), ``M`` (16) and
+    ``ef_construction`` (100) of the hnswlib index for queries, ``seed``, ``threads``, ``reference_rows`` (0: a row's neighbours are
     the nearest of all rows; m < N: of a uniform sample of m rows, fixed by the seed, so that
     the graph's reach does not shrink as the data grow; rows appended later are searched among
     the same sample, and old rows keep their lists).  ``executor``: with a distributed one
@@ -228,7 +246,7 @@ def build_graph(cache: FeatureCache, n_neighbors: int, directory: str, *, batch_
     if counts is None:
         old = None
         for name in os.listdir(directory):  # a full build: cells of an earlier build are stale
-            if name.endswith(".bin") or name == "reference.npy":
+            if name.startswith("cell_") or name == "reference.npy":
                 os.remove(os.path.join(directory, name))
         centres, counts = full_build(ctx, out)
         atomic_save_npy(os.path.join(directory, "centres.npy"), centres)
@@ -237,6 +255,7 @@ def build_graph(cache: FeatureCache, n_neighbors: int, directory: str, *, batch_
         os.replace(os.path.join(directory, f"graph_{name}.tmp.npy"),
                    os.path.join(directory, f"graph_{name}.npy"))
     meta = dict(settings, n_rows=n, cache=fingerprint, rows_hash=rows_hash(cache.X, n, batch_size),
+                source=os.path.abspath(cache.X.filename),
                 cells=[int(c) for c in counts], probes=ctx.get("probed", 0))
     atomic_json(meta_path, meta)
     graph = KNNGraph.load(directory)
@@ -244,14 +263,26 @@ def build_graph(cache: FeatureCache, n_neighbors: int, directory: str, *, batch_
     return graph
 
 
-def load_index(directory: str, threads: int = -1) -> KNNIndex:
+def load_index(directory: str, threads: int = -1, progress=None) -> KNNIndex:
     """The cells of the graph in ``directory`` as one queryable :class:`KNNIndex`, in memory (the
-    work directory may go; a model's saved index reads its cells on demand instead)."""
+    work directory may go; a model's saved index reads its cells on demand instead).  A cell's
+    hnswlib index is built from its rows the first time it is asked for (``cell_c.bin``: one
+    task per cell, in threads), so a graph nobody queries never pays for one."""
     meta = _read_meta(os.path.join(directory, META))
-    if meta is None or "cells" not in meta:
+    if meta is None or "cells" not in meta or meta.get("layout") != _LAYOUT:
         raise DataError(f"{directory}: no kNN index here ({META} missing, unreadable or of an "
                         "older layout)")
     paths = [cell_path(directory, j) for j in range(len(meta["cells"]))]
+    missing = [j for j, p in enumerate(paths) if not os.path.exists(p)]
+    if missing:
+        from concurrent.futures import ThreadPoolExecutor
+        if not os.path.exists(meta["source"]):
+            raise DataError(f"{directory}: the feature cache {meta['source']} the graph was built "
+                            "from is gone; build the graph again")
+        source = (meta["source"], meta["n_rows"], meta["n_features"])
+        with ThreadPoolExecutor(max_workers=n_threads(threads)) as pool:
+            for _ in pool.map(lambda j: hnsw_cell(source, directory, j, meta), missing):
+                pass
     centres = np.load(os.path.join(directory, "centres.npy"), allow_pickle=False)
     return KNNIndex.load(paths, meta["n_features"], meta["ef"], threads, centres, lazy=False)
 
@@ -273,11 +304,12 @@ def knn_graph(data, n_neighbors: int = 5, *, features=None, exclude=None, work_d
             raise ParameterError(f"{name} must be an integer >= 1, got {v!r}")
     check_reference(n_neighbors, options.get("reference_rows", 0))
     d = open_data(data, features=features, on_invalid=on_invalid, exclude=exclude)
-    if isinstance(options.get("cell_rows", 1), int) and isinstance(options.get("M", 16), int):
+    if all(isinstance(options.get(o, 1), int) for o in ("cell_rows", "degree", "max_candidates")):
         # the budget checked before the cache pass (build_graph checks again, with every option)
         fit_cells(options.get("memory_limit"), options.get("cell_rows", 50_000),
-                  n_threads(options.get("threads", -1)), d.n_features, options.get("M", 16),
-                  n_neighbors, min(batch_size, d.n_rows) if d.n_rows else batch_size)
+                  n_threads(options.get("threads", -1)), d.n_features, options.get("degree", 0),
+                  n_neighbors, min(batch_size, d.n_rows) if d.n_rows else batch_size,
+                  options.get("max_candidates", 0))
     owned = work_dir is None
     work_dir = tempfile.mkdtemp(prefix="streamclust-knn-") if owned else work_dir
     try:  # made here (atomically: of two runs at once, one makes it), or there already

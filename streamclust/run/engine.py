@@ -313,8 +313,8 @@ def _budget(memory_limit, algo, n_features, batch_size, knn_options, rows=None):
         check_reference(k, opts.get("reference_rows", req.knn_reference))
         opts.setdefault("memory_limit", limit)
         fit_cells(opts["memory_limit"], int(opts.get("cell_rows", 50_000)),
-                  n_threads(opts.get("threads", -1)), n_features, int(opts.get("M", 16)), k,
-                  batch_size)
+                  n_threads(opts.get("threads", -1)), n_features, int(opts.get("degree", 0)), k,
+                  batch_size, int(opts.get("max_candidates", 0)))
     return opts
 
 
