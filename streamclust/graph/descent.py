@@ -306,9 +306,12 @@ def nearest_entries(E, E_sq, Q, s):
     """The ``s`` nearest of the entry rows ``E`` (their vectors; ``E_sq`` their squared norms)
     to each row of ``Q``: distances by BLAS, then (q × s) positions into ``E``, nearest first
     (repeated when ``E`` holds fewer than ``s``)."""
-    D = E_sq[None, :] - 2.0 * (np.asarray(Q, dtype=np.float32) @ E.T)
-    out = np.empty((len(D), s), np.int32)
-    _smallest(D, out)
+    Q = np.asarray(Q, dtype=np.float32)
+    out = np.empty((len(Q), s), np.int32)
+    step = max(1, (4 << 20) // max(1, len(E)))  # a few MB of distances at a time
+    for a in range(0, len(Q), step):
+        D = E_sq[None, :] - 2.0 * (Q[a:a + step] @ E.T)
+        _smallest(D, out[a:a + step])
     return out
 
 

@@ -271,11 +271,7 @@ def _widen(Xc, lists, settings, rng, sample=200):
     ids, d2, flags = lists
     m, k = len(Xc), settings["k"]
     rows = np.sort(rng.choice(m, min(m, sample), replace=False))
-    S = Xc[rows].astype(np.float64)
-    D = (S * S).sum(1)[:, None] - 2.0 * (S @ Xc.T.astype(np.float64)) + \
-        (Xc.astype(np.float64) ** 2).sum(1)[None, :]
-    D[np.arange(len(rows)), rows] = np.inf
-    kth = np.partition(D, min(k, m - 1) - 1, axis=1)[:, min(k, m - 1) - 1]
+    kth = _kth_exact(Xc, rows, min(k, m - 1))
     while True:
         kk = min(k, ids.shape[1])
         found = (d2[rows, :kk] <= kth[:, None] * (1 + 1e-4) + 1e-6).sum() / (len(rows) * min(k, m - 1))
@@ -292,6 +288,23 @@ def _widen(Xc, lists, settings, rng, sample=200):
         random_init(Xc, wide, 0, seed)
         descent(Xc, wide, (2 * w, 50, 0.001, seed))
         ids, d2, flags = wide
+
+
+def _kth_exact(Xc, rows, k, chunk=8192):
+    """The exact squared distance of each of ``rows`` to its k-th nearest other row of ``Xc``,
+    by BLAS over column chunks (a few MB at a time, whatever the cell's size)."""
+    S = Xc[rows].astype(np.float64)
+    s_sq = (S * S).sum(1)[:, None]
+    best = np.full((len(rows), 0), np.inf)
+    for a in range(0, len(Xc), chunk):
+        B = Xc[a:a + chunk].astype(np.float64)
+        D = s_sq - 2.0 * (S @ B.T) + (B * B).sum(1)[None, :]
+        own = (rows >= a) & (rows < a + len(B))
+        D[np.flatnonzero(own), rows[own] - a] = np.inf
+        best = np.concatenate([best, D], axis=1)
+        if best.shape[1] > k:
+            best = np.partition(best, k - 1, axis=1)[:, :k]
+    return np.sort(best, axis=1)[:, k - 1]
 
 
 def _rows_path(directory, tag, c):
