@@ -116,14 +116,19 @@ def descent(X, lists, params):
         for r in range(m):
             for t in range(k):
                 c = ids[r, t]
-                if c < 0:
-                    continue
-                p = np.float32(np.random.random())
-                if flags[r, t]:
+                if c >= 0 and flags[r, t]:
+                    p = np.float32(np.random.random())
                     _sample(new, pn, r, c, p)
                     _sample(new, pn, c, r, p)
-                else:
+        for r in range(m):  # old candidates matter only beside new ones (most rows, late on)
+            for t in range(k):
+                c = ids[r, t]
+                if c < 0 or flags[r, t] or (new[r, 0] < 0 and new[c, 0] < 0):
+                    continue
+                p = np.float32(np.random.random())
+                if new[r, 0] >= 0:
                     _sample(old, po, r, c, p)
+                if new[c, 0] >= 0:
                     _sample(old, po, c, r, p)
         for r in range(m):  # the new entries sampled are old from now on
             for t in range(k):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 
 import numpy as np
 
@@ -177,11 +178,18 @@ class CellSearch:
         neighbour): global ids and squared distances, nearest first, -1 / inf where short.
         ``bound``: per query, the squared distance of its k-th neighbour so far; the walk then
         stays within :data:`WALK` times it (answers beyond it are not needed)."""
-        from .cells import sqdist_to
-        from .descent import beam_search, nearest_entries
         q = len(Q)
         if len(self.rows) == 0:  # a cell without reference rows indexes nothing
             return np.full((q, kq), -1, np.int64), np.full((q, kq), np.inf, np.float32)
+        ids, d2 = self.local(Q, kq + 1, bound)
+        return _global(self.rows, ids, d2, query_rows, kq)
+
+    def local(self, Q, kq, bound=None):
+        """The ``kq`` nearest cell rows of ``Q`` as local ids (positions in the cell) and squared
+        distances, nearest first; ``bound`` as for :meth:`query`."""
+        from .cells import sqdist_to
+        from .descent import beam_search, nearest_entries
+        q = len(Q)
         Q = np.ascontiguousarray(Q, dtype=np.float32)
         if self.centres is None:
             src = np.full(q, self.c)
@@ -192,12 +200,12 @@ class CellSearch:
             sel = np.flatnonzero(src == a)
             pick, E, E_sq = self.entries(int(a))
             starts[sel] = pick[nearest_entries(E, E_sq, Q[sel], starts.shape[1])]
-        ids = np.empty((q, kq + 1), np.int32)
-        d2 = np.empty((q, kq + 1), np.float32)
+        ids = np.empty((q, kq), np.int32)
+        d2 = np.empty((q, kq), np.float32)
         far = np.full(q, np.inf, np.float32) if bound is None else \
             np.asarray(bound, np.float32) * np.float32(WALK)
         beam_search(self.Xc, self.graph, starts, Q, (ids, d2), self.ef, far)
-        return _global(self.rows, ids, d2, query_rows, kq)
+        return ids, d2
 
 
 def _global(rows, ids, d2, query_rows, kq):
@@ -228,7 +236,9 @@ def build_cell(source, directory, c, lists, settings, batch_size, kq, extend=Fal
         old_rows, old_ids, old_d2 = np.zeros(0, np.int64), np.zeros((0, kb), np.int32), None
     members = np.concatenate([old_rows, add]).astype(np.int64)
     mo, m = len(old_rows), len(members)
+    t0 = time.perf_counter()
     Xc = np.ascontiguousarray(X[members], dtype=np.float32)
+    t1 = time.perf_counter()
     ids = np.full((m, kb), -1, np.int32)
     d2 = np.full((m, kb), np.inf, np.float32)
     flags = np.zeros((m, kb), np.uint8)
@@ -237,9 +247,16 @@ def build_cell(source, directory, c, lists, settings, batch_size, kq, extend=Fal
     rng = np.random.default_rng([settings["seed"], c, mo])
     seed = int(rng.integers(2 ** 31))
     if m > 1:
+        if mo and m > mo:  # new rows start from their nearest old rows, found in the graph
+            ids[mo:], d2[mo:] = CellSearch(Xc[:mo], (old_rows, old_ids, old_d2), settings,
+                                           c).local(Xc[mo:], kb)
+            flags[mo:] = 1
         random_init(Xc, (ids, d2, flags), mo, seed)
-        descent(Xc, (ids, d2, flags), (settings["max_candidates"], 50, 0.001, seed))
-        ids, d2 = _widen(Xc, (ids, d2, flags), settings, rng)
+        its = descent(Xc, (ids, d2, flags), (settings["max_candidates"], 50, 0.001, seed))
+        if not mo:  # rows joining a built cell keep its width: widening joins all rows again
+            ids, d2 = _widen(Xc, (ids, d2, flags), settings, rng)
+        log.debug("kNN cell %d: %d + %d rows read in %.2f s, NN-descent %d iterations %.2f s", c,
+                  mo, m - mo, t1 - t0, its, time.perf_counter() - t1)
     if os.path.exists(cell_path(directory, c)):  # the hnswlib index of fewer rows is stale
         os.remove(cell_path(directory, c))
     for path, arr in zip(graph_paths(directory, c), (members, ids, d2)):
