@@ -62,6 +62,20 @@ def _push(ids, d2, flags, r, c, d):
 
 
 @njit(cache=True, nogil=True)
+def _join(X, ids, d2, flags, p, q):
+    """Rows ``p`` and ``q`` compared: each enters the other's list when nearer than its last;
+    returns the lists changed."""
+    d = _d2(X, p, q)
+    k = ids.shape[1]
+    changed = 0
+    if d < d2[p, k - 1]:
+        changed += _push(ids, d2, flags, p, q, d)
+    if d < d2[q, k - 1]:
+        changed += _push(ids, d2, flags, q, p, d)
+    return changed
+
+
+@njit(cache=True, nogil=True)
 def _sample(cand, prio, r, c, p):
     """``c`` into row ``r``'s candidate list, which keeps the entries of lowest priority ``p``
     (a random draw: a uniform sample of at most ``cand.shape[1]`` candidates)."""
@@ -149,20 +163,12 @@ def descent(X, lists, params):
                     q = new[r, b]
                     if q < 0:
                         continue
-                    d = _d2(X, p, q)
-                    if d < d2[p, k - 1]:
-                        changed += _push(ids, d2, flags, p, q, d)
-                    if d < d2[q, k - 1]:
-                        changed += _push(ids, d2, flags, q, p, d)
+                    changed += _join(X, ids, d2, flags, p, q)
                 for b in range(mc):
                     q = old[r, b]
                     if q < 0 or q == p:
                         continue
-                    d = _d2(X, p, q)
-                    if d < d2[p, k - 1]:
-                        changed += _push(ids, d2, flags, p, q, d)
-                    if d < d2[q, k - 1]:
-                        changed += _push(ids, d2, flags, q, p, d)
+                    changed += _join(X, ids, d2, flags, p, q)
         if changed <= delta * k * m:
             return it + 1
     return max_it

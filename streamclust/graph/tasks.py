@@ -265,8 +265,7 @@ def build_cell(source, directory, c, lists, settings, batch_size, kq, extend=Fal
     if progress:
         progress(len(add))
     searched = rows[~np.isin(rows, add)]  # rows of the cell outside the reference sample
-    own = _global(members, np.concatenate([ids, np.full((m, 1), -1, np.int32)], 1),
-                  np.concatenate([d2, np.full((m, 1), np.inf, np.float32)], 1), members, kb)
+    own = (np.where(ids >= 0, members[np.maximum(ids, 0)], -1), d2)  # sorted, never the row
     with atomic_path(_rows_path(directory, "own", c), suffix=".tmp.npy") as tmp:
         np.save(tmp, np.concatenate([members, searched]), allow_pickle=False)
     search = CellSearch(Xc, (members, ids, d2), settings, c) if len(searched) else None
