@@ -46,14 +46,30 @@ def sqdist_to(Xb, centres, c_sq):
     return np.maximum(D, 0.0)
 
 
+def _step(batch_size: int, n_centres: int) -> int:
+    """Rows at a time for row × centre arrays: a few MB of float64 whatever the cell count."""
+    return max(256, min(batch_size, 2_000_000 // max(1, n_centres)))
+
+
+def nearest_centres(X, centres, c_sq=None, batch_size: int = 65536) -> np.ndarray:
+    """The nearest centre of each row of ``X`` (int32), by chunks (see :func:`_step`): a
+    65 536-row batch against 160 centres would otherwise hold ~80 MB per temporary."""
+    c_sq = (centres * centres).sum(1) if c_sq is None else c_sq
+    out = np.empty(len(X), np.int32)
+    step = _step(batch_size, len(centres))
+    for s in range(0, len(X), step):
+        out[s:s + step] = sqdist_to(X[s:s + step], centres, c_sq).argmin(1)
+    return out
+
+
 def assign(X, start: int, stop: int, centres, out, batch_size: int) -> np.ndarray:
     """Each row's nearest centre into ``out[start:stop]`` (int32); returns the rows per cell."""
     c_sq = (centres * centres).sum(1)
     counts = np.zeros(len(centres), np.int64)
-    step = max(256, min(batch_size, 2_000_000 // len(centres)))
+    step = _step(batch_size, len(centres))
     for s in range(start, stop, step):
         e = min(stop, s + step)
-        own = sqdist_to(X[s:e], centres, c_sq).argmin(1).astype(np.int32)
+        own = nearest_centres(X[s:e], centres, c_sq, step)
         out[s:e] = own
         counts += np.bincount(own, minlength=len(centres))
     return counts
@@ -111,7 +127,7 @@ def probe_pairs(X, assigned, radius, start: int, stop: int, centres, batch_size:
     gap = 2.0 * np.sqrt(np.maximum(sqdist_to(centres, centres, c_sq), 0.0))
     np.fill_diagonal(gap, np.inf)
 
-    step = max(256, min(batch_size, 2_000_000 // len(centres)))  # a few MB of row × cell arrays
+    step = _step(batch_size, len(centres))
 
     def gen():
         if len(centres) == 1:

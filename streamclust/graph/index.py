@@ -9,7 +9,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ..base.threads import n_threads
-from .cells import insert_rows, probe_pairs, sqdist_to
+from .cells import insert_rows, nearest_centres, probe_pairs
 from .tasks import load_cell, search
 
 
@@ -62,8 +62,7 @@ class KNNIndex:
             for c in range(len(self.shards)):
                 insert_rows(lists, everyone, search(self._cell(c), X, rows, k, nt, self.ef))
         else:
-            c_sq = (self.centres ** 2).sum(1)
-            own = sqdist_to(X, self.centres, c_sq).argmin(1)
+            own = nearest_centres(X, self.centres)
             for c in np.unique(own):
                 sel = np.flatnonzero(own == c)
                 lists[0][sel], lists[1][sel] = search(self._cell(c), X[sel], rows[sel], k, nt, self.ef)
