@@ -82,8 +82,12 @@ def _use_share(shares) -> None:
 
 
 def run_task(fn, args, shares):
+    """One independent task (a graph cell's build or search, a row range): single-threaded
+    BLAS, as in a local build (BLAS threads of two tasks at once oversubscribe the cores)."""
+    from ..base.threads import limit_blas
     _use_share(shares)
-    return fn(*args)
+    with limit_blas(1):
+        return fn(*args)
 
 
 def _batches(source, group):
