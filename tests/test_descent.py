@@ -3,6 +3,7 @@ when rows join a built cell, and the best-first walk with and without a bound.""
 import numpy as np
 
 from streamclust.graph import descent as D
+from streamclust.graph import walk as W
 from streamclust.testing import make_blobs
 
 
@@ -53,20 +54,20 @@ def test_walk_finds_the_nearest_rows_and_a_bound_drops_only_farther_ones():
     lists = _lists(2000, 12)
     D.random_init(cell, lists, 0, 3)
     D.descent(cell, lists, (24, 50, 0.001, 3))
-    graph = D.search_graph(lists[0], 6)
+    graph = W.search_graph(lists[0], 6)
     E = cell[::20]
-    starts = (np.arange(0, 2000, 20)[D.nearest_entries(E, (E * E).sum(1), Q, 8)]).astype(np.int32)
+    starts = (np.arange(0, 2000, 20)[W.nearest_entries(E, (E * E).sum(1), Q, 8)]).astype(np.int32)
     out = (np.empty((500, 10), np.int32), np.empty((500, 10), np.float32))
-    D.beam_search(cell, graph, starts, Q, out, 24, np.full(500, np.inf, np.float32))
+    W.beam_search(cell, graph, starts, Q, out, 24, np.full(500, np.inf, np.float32))
     exact, exact_d2 = _exact(cell, Q, 10)
     assert _recall(out[0], exact) >= 0.98
     # the walk kept within twice the squared 10th distance, as a probe's is: the neighbours are
     # still found; within the 5th distance it finds nothing: it stops at its entries
     r2 = exact_d2[:, 9].astype(np.float32)
     near = (np.empty((500, 10), np.int32), np.empty((500, 10), np.float32))
-    D.beam_search(cell, graph, starts, Q, near, 24, 2 * r2)
+    W.beam_search(cell, graph, starts, Q, near, 24, 2 * r2)
     assert _recall(near[0], exact) >= 0.97
     none = (np.empty((500, 10), np.int32), np.empty((500, 10), np.float32))
-    D.beam_search(cell, graph, np.full((500, 1), 0, np.int32), Q, none, 24, exact_d2[:, 4].astype(np.float32))
+    W.beam_search(cell, graph, np.full((500, 1), 0, np.int32), Q, none, 24, exact_d2[:, 4].astype(np.float32))
     far = ((Q - cell[0]) ** 2).sum(1) > exact_d2[:, 4] * 1.001  # queries whose only entry lies beyond
     assert far.sum() > 400 and (none[0][far][:, 1:] == -1).all()

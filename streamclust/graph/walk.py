@@ -1,10 +1,15 @@
 """Searches in one cell's graph: a best-first walk over its lists from entry rows near the
 boundary the query comes from (:class:`CellSearch`).  Used by the build's tasks
 (:mod:`.tasks`): a row searched in another cell, a new row placed in a built cell, a row
-outside the reference sample searched in its own cell."""
+outside the reference sample searched in its own cell.
+
+``beam_search`` (numba) finds the ``kq`` nearest cell rows of query rows by a best-first walk
+over the cell graph (its lists and their reverse edges, as the base layer of an HNSW index is
+walked), started from the nearest of a few entry rows (``nearest_entries``)."""
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 #: how far (in squared distance, times the k-th so far) a probe's walk may go: it starts at
 #: rows near the boundary, which may lie farther than the neighbours it looks for
@@ -19,7 +24,6 @@ class CellSearch:
 
     def __init__(self, Xc, cell, settings, c, centres=None):
         """``Xc``: the vectors of the cell's rows ``cell[0]`` (float32, contiguous)."""
-        from .descent import search_graph
         self.rows, ids, _ = cell
         self.Xc, self.c, self.centres = Xc, c, centres
         self.graph = search_graph(ids, (ids.shape[1] + 1) // 2)
@@ -56,7 +60,6 @@ class CellSearch:
         """The ``kq`` nearest cell rows of ``Q`` as local ids (positions in the cell) and squared
         distances, nearest first; ``bound`` as for :meth:`query`."""
         from .cells import nearest_centres
-        from .descent import beam_search, nearest_entries
         q = len(Q)
         Q = np.ascontiguousarray(Q, dtype=np.float32)
         if self.centres is None:
@@ -83,3 +86,190 @@ def _global(rows, ids, d2, query_rows, kq):
     g[own], d2[own] = -1, np.inf
     order = np.argsort(d2, axis=1, kind="stable")[:, :kq]
     return np.take_along_axis(g, order, 1), np.take_along_axis(d2, order, 1)
+
+
+# kernels of the walk: no I/O, no Python objects, without the GIL (tasks run in threads)
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _d2q(q, X, b):
+    s = np.float32(0.0)
+    for j in range(X.shape[1]):
+        t = q[j] - X[b, j]
+        s += t * t
+    return s
+
+
+@njit(cache=True, nogil=True)
+def search_graph(ids, cap):
+    """CSR adjacency (indptr, indices) of the lists ``ids`` (m × k local ids, -1 none) and their
+    reverse edges, at most ``cap`` reverse edges a row (the first rows that list it)."""
+    m, k = ids.shape
+    deg = np.zeros(m, np.int64)
+    rev = np.zeros(m, np.int64)
+    for r in range(m):
+        for t in range(k):
+            c = ids[r, t]
+            if c >= 0:
+                deg[r] += 1
+                if rev[c] < cap:
+                    rev[c] += 1
+                    deg[c] += 1
+    indptr = np.zeros(m + 1, np.int64)
+    for r in range(m):
+        indptr[r + 1] = indptr[r] + deg[r]
+    indices = np.empty(indptr[m], np.int32)
+    fill = indptr[:m].copy()
+    rev[:] = 0
+    for r in range(m):
+        for t in range(k):
+            c = ids[r, t]
+            if c >= 0:
+                indices[fill[r]] = c
+                fill[r] += 1
+                if rev[c] < cap:
+                    rev[c] += 1
+                    indices[fill[c]] = r
+                    fill[c] += 1
+    return indptr, indices
+
+
+@njit(cache=True, nogil=True)
+def _heap_up(hd, hi, n):
+    """Sift the last of ``n`` entries up a min-heap keyed by ``hd``."""
+    i = n - 1
+    while i > 0:
+        p = (i - 1) // 2
+        if hd[p] <= hd[i]:
+            break
+        hd[p], hd[i] = hd[i], hd[p]
+        hi[p], hi[i] = hi[i], hi[p]
+        i = p
+
+
+@njit(cache=True, nogil=True)
+def _heap_pop(hd, hi, n):
+    """Remove the root of a min-heap of ``n`` entries (the caller read it first)."""
+    n -= 1
+    hd[0], hi[0] = hd[n], hi[n]
+    i = 0
+    while True:
+        a, b, s = 2 * i + 1, 2 * i + 2, i
+        if a < n and hd[a] < hd[s]:
+            s = a
+        if b < n and hd[b] < hd[s]:
+            s = b
+        if s == i:
+            return n
+        hd[s], hd[i] = hd[i], hd[s]
+        hi[s], hi[i] = hi[i], hi[s]
+        i = s
+
+
+@njit(cache=True, nogil=True)
+def beam_search(X, graph, starts, Q, out, ef, bound):
+    """The ``kq`` nearest rows of ``X`` to each query row of ``Q`` by a best-first walk over
+    ``graph = (indptr, indices)`` from the query's ``starts`` (q × s local ids), keeping the
+    ``max(ef, kq)`` best seen; ``out = (ids, d2)`` (q × kq, local ids, ascending; -1 / inf
+    where the cell is short).  ``bound`` (q): a squared distance per query beyond which the
+    walk does not go (inf: none): a query that only needs rows nearer than its k-th neighbour
+    so far stops when the cell has none near."""
+    indptr, indices = graph
+    o_ids, o_d2 = out
+    m, kq = X.shape[0], o_ids.shape[1]
+    L = max(ef, kq)
+    seen = np.zeros(m, np.int32)
+    cd = np.empty(m + 1, np.float32)  # candidates: a min-heap
+    ci = np.empty(m + 1, np.int32)
+    rd = np.empty(L, np.float32)  # results: ascending, at most L
+    ri = np.empty(L, np.int32)
+    for qn in range(Q.shape[0]):
+        stamp = qn + 1
+        q = Q[qn]
+        far = bound[qn]
+        nc, nr = 0, 0
+        for e in range(starts.shape[1]):
+            c = starts[qn, e]
+            if seen[c] == stamp:
+                continue
+            seen[c] = stamp
+            d = _d2q(q, X, c)
+            cd[nc], ci[nc] = d, c
+            nc += 1
+            _heap_up(cd, ci, nc)
+            nr = _keep(rd, ri, nr, L, c, d)
+        while nc > 0:
+            d0, c0 = cd[0], ci[0]
+            if (nr == L and d0 > rd[L - 1]) or d0 > far:
+                break
+            nc = _heap_pop(cd, ci, nc)
+            for e in range(indptr[c0], indptr[c0 + 1]):
+                c = indices[e]
+                if seen[c] == stamp:
+                    continue
+                seen[c] = stamp
+                d = _d2q(q, X, c)
+                if (nr < L or d < rd[L - 1]) and d <= far:
+                    cd[nc], ci[nc] = d, c
+                    nc += 1
+                    _heap_up(cd, ci, nc)
+                    nr = _keep(rd, ri, nr, L, c, d)
+        for t in range(kq):
+            if t < nr:
+                o_ids[qn, t], o_d2[qn, t] = ri[t], rd[t]
+            else:
+                o_ids[qn, t], o_d2[qn, t] = -1, np.inf
+
+
+@njit(cache=True, nogil=True)
+def _keep(rd, ri, nr, L, c, d):
+    """``c`` at ``d`` into the ascending results (length ``nr`` of at most ``L``); the new
+    length."""
+    if nr == L:
+        if not d < rd[L - 1]:
+            return nr
+        t = L - 1
+    else:
+        t = nr
+        nr += 1
+    while t > 0 and rd[t - 1] > d:
+        rd[t], ri[t] = rd[t - 1], ri[t - 1]
+        t -= 1
+    rd[t], ri[t] = d, c
+    return nr
+
+
+def nearest_entries(E, E_sq, Q, s):
+    """The ``s`` nearest of the entry rows ``E`` (their vectors; ``E_sq`` their squared norms)
+    to each row of ``Q``: distances by BLAS, then (q × s) positions into ``E``, nearest first
+    (repeated when ``E`` holds fewer than ``s``)."""
+    Q = np.asarray(Q, dtype=np.float32)
+    out = np.empty((len(Q), s), np.int32)
+    step = max(1, (4 << 20) // max(1, len(E)))  # a few MB of distances at a time
+    for a in range(0, len(Q), step):
+        D = E_sq[None, :] - 2.0 * (Q[a:a + step] @ E.T)
+        _smallest(D, out[a:a + step])
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _smallest(D, out):
+    q, n = D.shape
+    s = out.shape[1]
+    best = np.empty(s, D.dtype)
+    for i in range(q):
+        f = 0
+        for j in range(n):
+            d = D[i, j]
+            if f == s and not d < best[s - 1]:
+                continue
+            t = f if f < s else s - 1
+            if f < s:
+                f += 1
+            while t > 0 and best[t - 1] > d:
+                best[t] = best[t - 1]
+                out[i, t] = out[i, t - 1]
+                t -= 1
+            best[t] = d
+            out[i, t] = j
+        for t in range(f, s):
+            out[i, t] = out[i, 0]
