@@ -141,6 +141,45 @@ def test_boundary_test_keeps_every_cell_holding_a_true_neighbour():
     assert len(searched) < 0.5 * len(X) * (len(centres) - 1)  # the test prunes
 
 
+@pytest.mark.parametrize("data, wide", [("uniform 2-D", False), ("blobs 3-D", False),
+                                        ("gaussian 40-D", True), ("blobs 20-D", True)])
+def test_probe_ratio_skips_boundaries_only_where_brute_force_finds_few_neighbours(data, wide):
+    """``probe_ratio`` against brute force: with each row's exact k nearest within its own
+    cell as its list, count the exact (global) k nearest that lie in cells whose boundary is
+    beyond ratio · r, the ones the graph would lose.  Few dimensions: every search the exact
+    test asks for (ratio 1); many: fewer searches, losing under 0.02 neighbours a row."""
+    from streamclust.graph.cells import assign, coarse_centres, probe_ratio, sqdist_to
+    rng = np.random.default_rng(0)
+    X = {"uniform 2-D": lambda: rng.random((3000, 2)),
+         "blobs 3-D": lambda: make_blobs(n=3000, k=5, d=3, seed=4, spread=2.0)[0],
+         "gaussian 40-D": lambda: rng.standard_normal((3000, 40)),
+         "blobs 20-D": lambda: make_blobs(n=3000, k=5, d=20, seed=4, spread=2.0)[0]}[data]()
+    X, k, rows = X.astype(np.float32), 10, np.arange(3000)
+    centres = coarse_centres(X, len(X), 6, seed=0)
+    own = np.empty(len(X), np.int32)
+    assign(X, 0, len(X), centres, own, 256)
+    X64 = X.astype(np.float64)
+    D = (X64 ** 2).sum(1)[:, None] + (X64 ** 2).sum(1)[None] - 2 * X64 @ X64.T
+    np.fill_diagonal(D, np.inf)
+    inside = np.where(own[:, None] == own[None, :], D, np.inf)
+    lists = np.argsort(inside, 1)[:, :k]
+    ratio = probe_ratio(X, (lists, np.take_along_axis(inside, lists, 1)), rows, own, centres)
+    c_sq = (centres ** 2).sum(1)
+    gap = 2 * np.sqrt(sqdist_to(centres, centres, c_sq))
+    np.fill_diagonal(gap, np.inf)
+    Dx = sqdist_to(X, centres, c_sq)
+    h = (Dx - Dx[rows, own][:, None]) / gap[own]  # each row's distance to each boundary
+    r = np.sqrt(np.take_along_axis(inside, lists[:, -1:], 1)[:, 0])
+    exact = np.argsort(D, 1)[:, :k]
+    across = own[exact] != own[:, None]
+    skipped = ~(np.take_along_axis(h, own[exact].astype(np.int64), 1) < ratio * r[:, None])
+    assert across.sum() > 0.05 * len(X)  # the cells' boundaries matter here
+    if wide:
+        assert ratio < 0.8 and (across & skipped).sum() / len(X) < 0.02
+    else:
+        assert ratio == 1.0 and not (across & skipped).any()
+
+
 def test_merging_candidate_lists_matches_a_sort():
     from streamclust.graph.cells import insert_rows
     rng = np.random.default_rng(0)

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .cells import (assign, assigned_pairs, bucket, coarse_centres, count_pairs, insert_rows,
-                    join_new, n_cells, probe_pairs, reverse_edges)
+                    join_new, n_cells, probe_pairs, probe_ratio, reverse_edges)
 from ..base.atomic import atomic_save_npy
 from .tasks import build_cell, centres_path, read_result, reference_path, search_cell
 
@@ -66,7 +66,11 @@ def _search_cells(ctx, lists_out, first, assigned, start, stop, kq):
     X, d, centres, bs = ctx["X"], ctx["directory"], ctx["centres"], ctx["batch_size"]
     ids, d2 = lists_out
     radius = lambda s, e: np.sqrt(d2[s - first:e - first, kq - 1])  # noqa: E731
-    pairs = probe_pairs(X, assigned, radius, start, stop, centres, bs, ctx["max_probes"])
+    rng = np.random.default_rng([ctx["settings"]["seed"], start, 0x726174])
+    sample = np.sort(rng.choice(np.arange(start, stop), min(stop - start, 2000), replace=False))
+    ratio = probe_ratio(X, (np.asarray(ids[sample - first]), np.asarray(d2[sample - first])),
+                        sample, np.asarray(assigned[sample]), centres)
+    pairs = probe_pairs(X, assigned, radius, start, stop, centres, bs, ctx["max_probes"], ratio)
     atomic_save_npy(centres_path(d), centres)
     counts = count_pairs(pairs, len(centres))
     path = os.path.join(d, "scratch_probes.npy")
@@ -85,7 +89,8 @@ def _search_cells(ctx, lists_out, first, assigned, start, stop, kq):
             lo, hi = a - offsets[c], b - offsets[c]
             insert_rows(target, np.array(probes[a:b]) - first,
                         (np.asarray(res[0][lo:hi]), np.asarray(res[1][lo:hi])))
-    log.debug("kNN probes: searched in %.1f s, merged in %.1f s", t1 - t0, time.perf_counter() - t1)
+    log.debug("kNN probes: boundaries within %.2f r, searched in %.1f s, merged in %.1f s", ratio,
+              t1 - t0, time.perf_counter() - t1)
     if ctx["progress"]:
         ctx["progress"](stop - start)
     return int(counts.sum())

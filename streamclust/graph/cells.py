@@ -117,12 +117,51 @@ def assigned_pairs(assigned, start: int, stop: int, batch_size: int):
     return gen
 
 
+#: the neighbours a skipped search may lose, on average (see :func:`probe_ratio`)
+PROBE_LOSS = 0.005
+
+
+def probe_ratio(X, lists, rows, assigned, centres, loss: float = PROBE_LOSS) -> float:
+    """How near (times a row's k-th distance r) another cell's boundary must be for the row to
+    be searched there.  A neighbour y of x lies across a boundary at distance h from x only
+    if (y - x)·u > h (u the boundary's normal), so a search is needed only where h < r; but in
+    many dimensions few neighbours reach near r along any one direction.  Measured on the sample
+    ``rows`` (their lists ``lists = (ids, d2)``, squared, the row's k-th last; normals towards
+    their three nearest other centres): the smallest ratio a (0.3, 0.35, ..., 1) for which the
+    rows have on average at most ``loss`` neighbours beyond a boundary at a·r.  On the 50-wide
+    digits that is 0.65 (a third fewer searches; measured loss 0.0002 neighbours a row); rows
+    of few dimensions keep 1 (every search the exact test asks for)."""
+    ids, d2 = lists
+    if len(centres) < 2 or len(rows) == 0:
+        return 1.0
+    x = np.asarray(X[rows], np.float64)
+    r = np.sqrt(np.maximum(d2[:, -1], 0)).astype(np.float64)
+    ok = (ids >= 0).all(1) & (r > 0) & np.isfinite(r)
+    if not ok.any():
+        return 1.0
+    x, r, ids, own = x[ok], r[ok], ids[ok], np.asarray(assigned, np.int64)[ok]
+    Y = np.asarray(X[ids.ravel()], np.float64).reshape(ids.shape + (x.shape[1],)) - x[:, None]
+    gap = ((centres[None, :, :] - centres[own][:, None, :]) ** 2).sum(-1)
+    gap[np.arange(len(own)), own] = np.inf
+    beyond = []
+    for b in np.argsort(gap, axis=1)[:, :min(3, len(centres) - 1)].T:
+        u = centres[b] - centres[own]
+        u /= np.maximum(np.linalg.norm(u, axis=1, keepdims=True), 1e-300)
+        beyond.append(np.einsum("ijd,id->ij", Y, u) / r[:, None])
+    t = np.concatenate(beyond)
+    for a in np.arange(0.3, 1.0, 0.05):
+        if (t > a).sum(1).mean() <= loss:
+            return float(round(a, 2))
+    return 1.0
+
+
 def probe_pairs(X, assigned, radius, start: int, stop: int, centres, batch_size: int,
-                max_probes: int):
+                max_probes: int, ratio: float = 1.0):
     """``(rows, cells, r²)``: the other cells each row of ``[start, stop)`` must be searched in,
-    by the halfway-hyperplane test; ``radius(s, e)`` gives the rows' current k-th distances
-    (``r²`` repeats them squared, per pair).  With ``max_probes`` > 0 a row is searched in at
-    most that many other cells (the nearest hyperplanes first)."""
+    by the halfway-hyperplane test (the boundary within ``ratio`` times r, see
+    :func:`probe_ratio`); ``radius(s, e)`` gives the rows' current k-th distances r (``r²``
+    repeats them squared, per pair).  With ``max_probes`` > 0 a row is searched in at most
+    that many other cells (the nearest hyperplanes first)."""
     c_sq = (centres * centres).sum(1)
     gap = 2.0 * np.sqrt(np.maximum(sqdist_to(centres, centres, c_sq), 0.0))
     np.fill_diagonal(gap, np.inf)
@@ -139,7 +178,7 @@ def probe_pairs(X, assigned, radius, start: int, stop: int, centres, batch_size:
             h = (D - D[np.arange(e - s), own][:, None]) / gap[own]
             h[np.arange(e - s), own] = np.inf
             r = np.asarray(radius(s, e), dtype=np.float32)
-            h[~(h < r[:, None])] = np.inf
+            h[~(h < ratio * r[:, None])] = np.inf
             if max_probes and max_probes < h.shape[1]:
                 keep = np.argpartition(h, max_probes - 1, axis=1)[:, :max_probes]
                 mask = np.zeros_like(h, dtype=bool)
