@@ -65,10 +65,11 @@ def _search_cells(ctx, lists_out, first, assigned, start, stop, kq):
     into ``lists_out`` (rows offset by ``first``) in cell order."""
     X, d, centres, bs = ctx["X"], ctx["directory"], ctx["centres"], ctx["batch_size"]
     ids, d2 = lists_out
-    radius = lambda s, e: np.sqrt(d2[s - first:e - first, kq - 1])  # noqa: E731
+    kr = min(kq, ctx["settings"]["degree"])  # the own cells filled this many columns
+    radius = lambda s, e: np.sqrt(d2[s - first:e - first, kr - 1])  # noqa: E731
     rng = np.random.default_rng([ctx["settings"]["seed"], start, 0x726174])
     sample = np.sort(rng.choice(np.arange(start, stop), min(stop - start, 2000), replace=False))
-    ratio = probe_ratio(X, (np.asarray(ids[sample - first]), np.asarray(d2[sample - first])),
+    ratio = probe_ratio(X, (np.asarray(ids[sample - first, :kr]), np.asarray(d2[sample - first, :kr])),
                         sample, np.asarray(assigned[sample]), centres)
     pairs = probe_pairs(X, assigned, radius, start, stop, centres, bs, ctx["max_probes"], ratio)
     atomic_save_npy(centres_path(d), centres)
@@ -157,10 +158,13 @@ def extend_build(ctx, out, old_graph, n_old, old_counts):
     if counts.max() > 2 * max(ctx["settings"]["cell_rows"], max(old_counts)):
         return None
     kq = 2 * k
+    t0 = time.perf_counter()
     new = _lists(os.path.join(d, "scratch_new.ids.npy"), os.path.join(d, "scratch_new.d2.npy"),
                  (n - n_old, kq))
     grown = _own_cells(ctx, new, n_old, assigned, n_old, n, new_counts, kq, True)
+    t1 = time.perf_counter()
     ctx["probed"] = _search_cells(ctx, new, n_old, assigned, n_old, n, kq)
+    t2 = time.perf_counter()
     ids, d2 = _lists(*out, (n, k))
     for s in range(0, n_old, bs):
         e = min(n_old, s + bs)
@@ -180,9 +184,13 @@ def extend_build(ctx, out, old_graph, n_old, old_counts):
         e = min(n - n_old, s + bs)
         ids[n_old + s:n_old + e], d2[n_old + s:n_old + e] = new[0][s:e, :k], new[1][s:e, :k]
     del new
+    t3 = time.perf_counter()
     if not reference:
         join_new(np.asarray(X), (np.asarray(ids), np.asarray(d2)), n_old)
     _finish((ids, d2))
+    log.debug("kNN graph extended by %d rows: cells %.1f s, searches in other cells %.1f s, "
+              "old rows' lists %.1f s, their join with the new rows %.1f s", n - n_old, t1 - t0,
+              t2 - t1, t3 - t2, time.perf_counter() - t3)
     return counts
 
 
