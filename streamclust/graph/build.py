@@ -69,8 +69,8 @@ def _search_cells(ctx, lists_out, first, assigned, start, stop, kq):
     radius = lambda s, e: np.sqrt(d2[s - first:e - first, kr - 1])  # noqa: E731
     rng = np.random.default_rng([ctx["settings"]["seed"], start, 0x726174])
     sample = np.sort(rng.choice(np.arange(start, stop), min(stop - start, 2000), replace=False))
-    ratio = probe_ratio(X, (np.asarray(ids[sample - first, :kr]), np.asarray(d2[sample - first, :kr])),
-                        sample, np.asarray(assigned[sample]), centres)
+    own = (np.asarray(ids[sample - first, :kr]), np.asarray(d2[sample - first, :kr]))
+    ratio = probe_ratio(X, own, sample, np.asarray(assigned[sample]), centres)
     pairs = probe_pairs(X, assigned, radius, start, stop, centres, bs, ctx["max_probes"], ratio)
     atomic_save_npy(centres_path(d), centres)
     counts = count_pairs(pairs, len(centres))

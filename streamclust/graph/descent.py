@@ -2,9 +2,9 @@
 
 NN-descent (Dong, Moses & Li, WWW 2011; the sampled, flagged form of pynndescent): every row
 starts with the nearest of the rows that share its leaf in a few random-projection trees
-(``forest_init``; then random rows where that leaves a list short); each iteration a row's new and old neighbours, forward and
-reverse, are sampled into candidate lists and every new candidate is compared with every other
-candidate of the same row ("a neighbour of a neighbour is likely a neighbour").  It stops when
+(``forest_init``; then random rows where that leaves a list short); each iteration a row's new
+and old neighbours, forward and reverse, are sampled into candidate lists and every new
+candidate is compared with every other candidate of the same row ("a neighbour of a neighbour is likely a neighbour").  It stops when
 an iteration changes fewer than ``delta · k · m`` list entries.  Rows may arrive with lists
 already built (``flags`` 0): then only pairs with a new entry are compared, so adding rows to a
 built cell costs in proportion to the new rows.
@@ -224,7 +224,7 @@ def rp_leaves(X, leaf, seed):
 def forest_init(X, lists, params):
     """Rows' lists from ``params = (trees, leaf, seed)`` random-projection trees: every pair of
     rows sharing a leaf is compared (pynndescent's initialisation; random lists instead cost
-    NN-descent three more iterations, the costliest: a 97 000-row cell 8.2 -> 4.6 s)."""
+    NN-descent three more iterations, the costliest: a 97 000-row cell 8.2 -> 5.0 s)."""
     ids, d2, flags = lists
     trees, leaf, seed = params
     for t in range(trees):
