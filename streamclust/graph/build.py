@@ -24,7 +24,8 @@ import numpy as np
 from .cells import (assign, assigned_pairs, bucket, coarse_centres, count_pairs, insert_rows,
                     join_new, n_cells, probe_pairs, probe_ratio, reverse_edges)
 from ..base.atomic import atomic_save_npy
-from .tasks import build_cell, centres_path, read_result, reference_path, search_cell
+from .tasks import (assign_path, build_cell, centres_path, read_result, reference_path,
+                    search_cell)
 
 log = logging.getLogger("streamclust")
 
@@ -73,6 +74,7 @@ def _search_cells(ctx, lists_out, first, assigned, start, stop, kq):
     ratio = probe_ratio(X, own, sample, np.asarray(assigned[sample]), centres)
     pairs = probe_pairs(X, assigned, radius, start, stop, centres, bs, ctx["max_probes"], ratio)
     atomic_save_npy(centres_path(d), centres)
+    assigned.flush()  # the searches' tasks read each row's own cell from it
     counts = count_pairs(pairs, len(centres))
     path = os.path.join(d, "scratch_probes.npy")
     offsets = bucket(path, counts, pairs)
@@ -127,7 +129,7 @@ def full_build(ctx, out):
     """The graph of all rows into the ``out`` (ids, squared distances) files; returns the
     centres and the rows per cell."""
     X, n, k, d = ctx["X"], ctx["n"], ctx["settings"]["k"], ctx["directory"]
-    assigned = np.lib.format.open_memmap(os.path.join(d, "scratch_assign.npy"), "w+", np.int32, (n,))
+    assigned = np.lib.format.open_memmap(assign_path(d), "w+", np.int32, (n,))
     t = time.perf_counter()
     m = ctx["settings"].get("reference_rows", 0)
     if m:  # a uniform sample of m rows is indexed, every row searched among them
@@ -152,7 +154,7 @@ def extend_build(ctx, out, old_graph, n_old, old_counts):
     them; None when a cell would outgrow twice ``cell_rows`` and twice the largest cell (then a
     full build is due)."""
     X, n, k, d, bs = ctx["X"], ctx["n"], ctx["settings"]["k"], ctx["directory"], ctx["batch_size"]
-    assigned = np.lib.format.open_memmap(os.path.join(d, "scratch_assign.npy"), "w+", np.int32, (n,))
+    assigned = np.lib.format.open_memmap(assign_path(d), "w+", np.int32, (n,))
     new_counts = assign(X, n_old, n, ctx["centres"], assigned, bs)
     counts = np.asarray(old_counts, np.int64) + new_counts
     if counts.max() > 2 * max(ctx["settings"]["cell_rows"], max(old_counts)):

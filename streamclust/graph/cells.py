@@ -52,14 +52,60 @@ def _step(batch_size: int, n_centres: int) -> int:
 
 
 def nearest_centres(X, centres, c_sq=None, batch_size: int = 65536) -> np.ndarray:
-    """The nearest centre of each row of ``X`` (int32), by chunks (see :func:`_step`): a
-    65 536-row batch against 160 centres would otherwise hold ~80 MB per temporary."""
+    """The nearest centre of each row of ``X`` (int32), by chunks (see :func:`_step`).  The
+    products come from a float32 matrix product; a row whose nearest centre they leave in doubt
+    (another within their rounding bound) is decided again in float64."""
     c_sq = (centres * centres).sum(1) if c_sq is None else c_sq
+    cents = _centre_terms(centres, c_sq)
     out = np.empty(len(X), np.int32)
     step = _step(batch_size, len(centres))
     for s in range(0, len(X), step):
-        out[s:s + step] = sqdist_to(X[s:s + step], centres, c_sq).argmin(1)
+        Xb = np.asarray(X[s:s + step], dtype=np.float32)
+        unsure = np.empty(len(Xb), np.bool_)
+        _nearest((Xb, Xb @ cents[0].T), cents[1:], (out[s:s + len(Xb)], unsure))
+        again = np.flatnonzero(unsure)
+        if len(again):
+            out[s + again] = sqdist_to(Xb[again], centres, c_sq).argmin(1)
     return out
+
+
+def _centre_terms(centres, c_sq):
+    """(float32 centres, squared norms, norms) for the kernels below."""
+    return (np.ascontiguousarray(centres, dtype=np.float32), np.asarray(c_sq, np.float64),
+            np.sqrt(np.asarray(c_sq, np.float64)))
+
+
+@njit(cache=True, nogil=True)
+def _rounding(x):
+    """Row ``x``'s norm times the relative bound on the rounding of its float32 products with
+    the centres ((d + 2) units of roundoff: a d-term sum, and the centres rounded to float32)."""
+    s = 0.0
+    for j in range(x.shape[0]):
+        s += np.float64(x[j]) * x[j]
+    return np.sqrt(s) * (x.shape[0] + 2) * 2.0 ** -24
+
+
+@njit(cache=True, nogil=True)
+def _nearest(XG, cents, out):
+    """Nearest centre of each row from ``XG = (rows, rows @ centres.T)`` (float32) and ``cents =
+    (squared norms, norms)`` of the centres; ``out = (nearest, unsure)``: unsure where another
+    centre is within the products' rounding bound."""
+    Xb, G = XG
+    c_sq, cn = cents
+    own, unsure = out
+    for i in range(G.shape[0]):
+        best, at = np.inf, 0
+        for j in range(G.shape[1]):
+            v = c_sq[j] - 2.0 * G[i, j]
+            if v < best:
+                best, at = v, j
+        own[i] = at
+        e = 2.0 * _rounding(Xb[i])
+        unsure[i] = False
+        for j in range(G.shape[1]):
+            if j != at and c_sq[j] - 2.0 * G[i, j] - e * cn[j] <= best + e * cn[at]:
+                unsure[i] = True
+                break
 
 
 def assign(X, start: int, stop: int, centres, out, batch_size: int) -> np.ndarray:
@@ -162,11 +208,14 @@ def probe_pairs(X, assigned, radius, start: int, stop: int, centres, batch_size:
     by the halfway-hyperplane test (the boundary within ``ratio`` times r, see
     :func:`probe_ratio`); ``radius(s, e)`` gives the rows' current k-th distances r (``r²``
     repeats them squared, per pair).  With ``max_probes`` > 0 a row is searched in at most
-    that many other cells (the nearest hyperplanes first)."""
+    that many other cells (the nearest hyperplanes first).  The distances to the boundaries
+    come from float32 products, the test widened by their rounding bound (never a search
+    fewer than the exact test asks for)."""
     c_sq = (centres * centres).sum(1)
+    cents = _centre_terms(centres, c_sq)
     gap = 2.0 * np.sqrt(np.maximum(sqdist_to(centres, centres, c_sq), 0.0))
-    np.fill_diagonal(gap, np.inf)
-
+    inv_gap = np.where(np.eye(len(centres), dtype=bool), 0.0, 1.0 / np.maximum(gap, 1e-300))
+    width = max_probes if 0 < max_probes < len(centres) else len(centres) - 1
     step = _step(batch_size, len(centres))
 
     def gen():
@@ -174,20 +223,49 @@ def probe_pairs(X, assigned, radius, start: int, stop: int, centres, batch_size:
             return
         for s in range(start, stop, step):
             e = min(stop, s + step)
-            D = sqdist_to(X[s:e], centres, c_sq)
-            own = np.asarray(assigned[s:e], dtype=np.int64)
-            h = (D - D[np.arange(e - s), own][:, None]) / gap[own]
-            h[np.arange(e - s), own] = np.inf
+            Xb = np.asarray(X[s:e], dtype=np.float32)
             r = np.asarray(radius(s, e), dtype=np.float32)
-            h[~(h < ratio * r[:, None])] = np.inf
-            if max_probes and max_probes < h.shape[1]:
-                keep = np.argpartition(h, max_probes - 1, axis=1)[:, :max_probes]
-                mask = np.zeros_like(h, dtype=bool)
-                np.put_along_axis(mask, keep, True, axis=1)
-                h[~mask] = np.inf
-            rows, cells = np.nonzero(np.isfinite(h))
-            yield rows.astype(np.int64) + s, cells.astype(np.int64), np.square(r[rows])
+            cells = np.empty((e - s, width), np.int32)
+            _probes((Xb, Xb @ cents[0].T), (cents[1], cents[2], inv_gap),
+                    (np.asarray(assigned[s:e], np.int64), ratio * r.astype(np.float64)), cells)
+            rows, col = np.nonzero(cells >= 0)
+            yield rows.astype(np.int64) + s, cells[rows, col].astype(np.int64), np.square(r[rows])
     return gen
+
+
+@njit(cache=True, nogil=True)
+def _probes(XG, cents, rows_in, cells):
+    """The other cells each row must be searched in: ``XG = (rows, rows @ centres.T)``,
+    ``cents = (squared norms, norms, 1 / (2 |c_b - c_a|))`` of the centres, ``rows_in = (own
+    cell, limit)``; a cell whose boundary is nearer than the limit (within the rounding bound)
+    goes into ``cells`` (q × width, nearest boundaries first, -1 after the last)."""
+    Xb, G = XG
+    c_sq, cn, inv_gap = cents
+    own, lim = rows_in
+    width = cells.shape[1]
+    h_best = np.empty(width, np.float64)
+    for i in range(G.shape[0]):
+        a = own[i]
+        e = 2.0 * _rounding(Xb[i])
+        da = c_sq[a] - 2.0 * G[i, a]
+        f = 0
+        for b in range(G.shape[1]):
+            if b == a:
+                continue
+            h = (c_sq[b] - 2.0 * G[i, b] - da) * inv_gap[a, b]
+            if not h - e * (cn[a] + cn[b]) * inv_gap[a, b] < lim[i]:
+                continue
+            if f == width and not h < h_best[width - 1]:
+                continue
+            t = f if f < width else width - 1
+            if f < width:
+                f += 1
+            while t > 0 and h_best[t - 1] > h:
+                h_best[t], cells[i, t] = h_best[t - 1], cells[i, t - 1]
+                t -= 1
+            h_best[t], cells[i, t] = h, b
+        for t in range(f, width):
+            cells[i, t] = -1
 
 
 def count_pairs(pairs, n_cells_: int) -> np.ndarray:

@@ -111,6 +111,11 @@ def centres_path(directory: str) -> str:
     return os.path.join(directory, "scratch_centres.npy")
 
 
+def assign_path(directory: str) -> str:
+    """Each row's cell (int32) while a build runs: a searched row's boundary is its cell's."""
+    return os.path.join(directory, "scratch_assign.npy")
+
+
 def reference_path(directory: str) -> str:
     return os.path.join(directory, "reference.npy")
 
@@ -304,8 +309,12 @@ def search_cell(source, directory, c, lists, settings, batch_size, kq, progress=
     cell = _load_graph(directory, c)
     with _HEADER_LOCK:
         centres = np.load(centres_path(directory), allow_pickle=False)
+        assigned = np.load(assign_path(directory), mmap_mode="r")
     s = CellSearch(np.ascontiguousarray(X[cell[0]], dtype=np.float32), cell, settings, c, centres)
-    _search_rows(s.query, X, rows, kq, batch_size, result_paths(directory, "probe", c), bound)
+
+    def query(Q, r, k, b):
+        return s.query(Q, r, k, b, src=np.asarray(assigned[r]))
+    _search_rows(query, X, rows, kq, batch_size, result_paths(directory, "probe", c), bound)
     if progress:
         progress(len(rows))
     return len(rows)

@@ -45,24 +45,27 @@ class CellSearch:
             self._entries[a] = (pick.astype(np.int32), E, (E * E).sum(1))
         return self._entries[a]
 
-    def query(self, Q, query_rows, kq, bound=None):
+    def query(self, Q, query_rows, kq, bound=None, src=None):
         """The ``kq`` nearest cell rows of ``Q`` (global ids ``query_rows``, never their own
         neighbour): global ids and squared distances, nearest first, -1 / inf where short.
         ``bound``: per query, the squared distance of its k-th neighbour so far; the walk then
-        stays within :data:`WALK` times it (answers beyond it are not needed)."""
+        stays within :data:`WALK` times it (answers beyond it are not needed).  ``src``: the
+        queries' own cells when known (else found from the centres)."""
         q = len(Q)
         if len(self.rows) == 0:  # a cell without reference rows indexes nothing
             return np.full((q, kq), -1, np.int64), np.full((q, kq), np.inf, np.float32)
-        ids, d2 = self.local(Q, kq + 1, bound)
+        ids, d2 = self.local(Q, kq + 1, bound, src)
         return _global(self.rows, ids, d2, query_rows, kq)
 
-    def local(self, Q, kq, bound=None):
+    def local(self, Q, kq, bound=None, src=None):
         """The ``kq`` nearest cell rows of ``Q`` as local ids (positions in the cell) and squared
-        distances, nearest first; ``bound`` as for :meth:`query`."""
+        distances, nearest first; ``bound`` and ``src`` as for :meth:`query`."""
         from .cells import nearest_centres
         q = len(Q)
         Q = np.ascontiguousarray(Q, dtype=np.float32)
-        if self.centres is None:
+        if src is not None:
+            src = np.asarray(src)
+        elif self.centres is None:
             src = np.full(q, self.c)
         else:
             src = nearest_centres(Q, self.centres)
