@@ -167,7 +167,7 @@ def _settings(cache, n_neighbors, options, executor, batch_size):
             warnings.warn(f"kNN option {old!r} is now {new!r}", FutureWarning, stacklevel=4)
             options.setdefault(new, options.pop(old))
     o = dict(cell_rows=50_000, degree=0, max_candidates=0, entries=1024, ef=0, M=16,
-             ef_construction=100, seed=0, threads=-1, min_cell_rows=10_000, max_probes=3,
+             ef_construction=100, seed=0, threads=-1, min_cell_rows=10_000, max_probes=4,
              memory_limit=None, reference_rows=0)
     unknown = set(options) - set(o)
     if unknown:
@@ -205,7 +205,7 @@ def build_graph(cache: FeatureCache, n_neighbors: int, directory: str, *, batch_
 
     ``options``: ``memory_limit`` (bytes or ``"4GB"``; default half the memory available: lowers
     ``cell_rows`` so that the cells being built fit, see :func:`fit_cells`), ``cell_rows``
-    (50 000), ``min_cell_rows`` (10 000), ``max_probes`` (3: the other cells a row is searched
+    (50 000), ``min_cell_rows`` (10 000), ``max_probes`` (4: the other cells a row is searched
     in at most, nearest boundaries first; 0: every cell the test keeps), ``degree`` (0:
     max(12, ⌈1.2 k⌉), a row's list while its cell is built), ``max_candidates`` (0: 2 ·
     degree, NN-descent's sample per row), ``entries`` (1 024: rows a search in a cell starts
