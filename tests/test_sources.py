@@ -116,3 +116,49 @@ def test_arrow_ipc_fits_predicts_and_evaluates_end_to_end(tmp_path, blobs, name,
     assert res.exit_code == 0, res.output
     import json
     assert json.loads(res.output)["nmi"] > 0.99
+
+
+def test_feature_cache_appends_the_rows_of_added_files_only(tmp_path, monkeypatch):
+    """Files added after the cached ones: only they are read, the cache equals a fresh build;
+    a bad value in them leaves the old cache as it was; a changed old file rebuilds it all."""
+    import os
+    from streamclust.errors import DataError
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((900, 4)).astype(np.float32)
+    data = str(tmp_path / "d")
+    write_parquet_dir(data, X, files=3)
+    last = sorted(os.listdir(data))[-1]
+    os.rename(os.path.join(data, last), str(tmp_path / "later.parquet"))
+    wd = str(tmp_path / "w")
+    os.makedirs(wd)
+    FeatureCache.build(open_data(data), wd, 64)
+    read = []
+    original = ParquetSource.record_batches
+
+    def spy(self, columns, batch_size):
+        for f, row, rb in original(self, columns, batch_size):
+            read.append(os.path.basename(f))
+            yield f, row, rb
+    monkeypatch.setattr(ParquetSource, "record_batches", spy)
+    bad = X[600:].copy()
+    bad[50, 2] = np.nan  # global row 650
+    write_parquet_dir(str(tmp_path / "bad"), bad, files=1)
+    os.rename(str(tmp_path / "bad" / sorted(os.listdir(tmp_path / "bad"))[0]), os.path.join(data, last))
+    with pytest.raises(DataError, match="global row 650"):
+        FeatureCache.build(open_data(data), wd, 64)
+    assert set(read) == {last} and os.path.getsize(os.path.join(wd, "features.f32")) == 600 * 4 * 4
+    os.remove(os.path.join(data, last))
+    read.clear()
+    assert FeatureCache.build(open_data(data), wd, 64).n_rows == 600 and not read  # reused
+    os.rename(str(tmp_path / "later.parquet"), os.path.join(data, last))
+    cache = FeatureCache.build(open_data(data), wd, 64)
+    assert set(read) == {last}
+    np.testing.assert_array_equal(np.asarray(cache.X), X)
+    assert cache.n_rows == 900 and cache.meta["source_rows"] == 900
+    first = sorted(os.listdir(data))[0]
+    write_parquet_dir(str(tmp_path / "new0"), X[:300] * 2, files=1)
+    os.replace(str(tmp_path / "new0" / sorted(os.listdir(tmp_path / "new0"))[0]), os.path.join(data, first))
+    read.clear()
+    cache = FeatureCache.build(open_data(data), wd, 64)
+    assert len(set(read)) == 3
+    np.testing.assert_array_equal(np.asarray(cache.X[:300]), X[:300] * 2)

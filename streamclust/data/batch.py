@@ -27,6 +27,22 @@ class Source:
         """A string that changes when the data change, or None if unknown (no caching)."""
         return None
 
+    def tail(self, first: int) -> "Source | None":
+        """The same source without its first ``first`` files (None: not made of files).  Its
+        fingerprint then covers only the files it keeps."""
+        files = getattr(self, "files", None)
+        if files is None or not 0 < first < len(files):
+            return None
+        import copy
+        rest = copy.copy(self)
+        rest.files = list(files[first:])
+        if isinstance(getattr(self, "_meta", None), list) and len(self._meta) == len(files):
+            rest._meta = self._meta[first:]
+            rest.n_rows = int(sum(rest._meta))
+        else:
+            rest.n_rows = None
+        return rest
+
 
 @dataclass
 class Batch:
@@ -61,10 +77,10 @@ class Data:
     def n_rows(self):
         return self.source.n_rows
 
-    def iter_batches(self, batch_size: int, keep=()) -> Iterator[Batch]:
-        """Yield validated batches.  ``start`` counts source rows (kept or not)."""
+    def iter_batches(self, batch_size: int, keep=(), start: int = 0) -> Iterator[Batch]:
+        """Yield validated batches.  ``start`` counts source rows (kept or not), from the
+        given first."""
         cols = list(dict.fromkeys(list(self.spec.columns) + list(keep)))
-        start = 0
         for origin, row0, rb in self.source.record_batches(cols, batch_size):
             def where(i, origin=origin, row0=row0, start=start):
                 return f"{origin}: row {row0 + i} (global row {start + i})"

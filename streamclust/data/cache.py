@@ -106,6 +106,11 @@ class FeatureCache:
             old = cls.open(work_dir)
             if old is not None and all(old.meta.get(k) == v for k, v in key.items()):
                 return old
+            tail = _appended(old, key, data)
+            if tail is not None:
+                from dataclasses import replace
+                return cls._append(old, replace(data, source=tail), work_dir, key, batch_size,
+                                   progress)
         path = os.path.join(work_dir, CACHE_FILE)
         tmp = path + ".tmp"
         n = skipped = n_source = 0
@@ -148,6 +153,51 @@ class FeatureCache:
                     scaler=None if scaler is None else scaler.to_json())
         atomic_json(os.path.join(work_dir, CACHE_META), meta)
         return cls.open(work_dir)
+
+    @classmethod
+    def _append(cls, old, tail, work_dir, key, batch_size, progress):
+        """The rows of the files added (``tail``: the data of those files) appended to the cache ``old`` in place: the
+        metadata, written last, is what commits them (until then the file's size disagrees with
+        it and the cache counts as absent), and a failure truncates the file back."""
+        from .transforms import apply
+        path = os.path.join(work_dir, CACHE_FILE)
+        size, n, skipped, n_source = os.path.getsize(path), 0, 0, 0
+        meta = old.meta
+        del old  # its memory map
+        first = meta.get("source_rows", meta["n_rows"])
+        if progress:
+            progress(first)  # the rows cached already
+        try:
+            with open(path, "ab") as f:
+                for b in tail.iter_batches(batch_size, start=first):
+                    check_interrupt()
+                    f.write(memoryview(apply(key["transform"], b.X)).cast("B"))
+                    n += len(b.X)
+                    rows = len(b.X) if b.kept is None else len(b.kept)
+                    skipped += rows - len(b.X)
+                    n_source += rows
+                    if progress:
+                        progress(rows)
+        except BaseException:
+            os.truncate(path, size)
+            raise
+        meta = dict(meta, **key, n_rows=meta["n_rows"] + n, skipped=meta.get("skipped", 0) + skipped,
+                    source_rows=first + n_source)
+        atomic_json(os.path.join(work_dir, CACHE_META), meta)
+        return cls.open(work_dir)
+
+
+def _appended(old, key, data):
+    """The source of the files added after those ``old`` cached, when that is all that changed
+    (same settings, no scaling, no extra columns, the old files' fingerprints unchanged)."""
+    if old is None or key["scale"] != "none" or key["columns"] or not old.meta.get("fingerprint"):
+        return None
+    if any(old.meta.get(k) != v for k, v in key.items() if k != "fingerprint"):
+        return None
+    tail = data.source.tail(old.meta["fingerprint"].count("|") + 1)
+    if tail is None or old.meta["fingerprint"] + "|" + (tail.fingerprint() or "") != key["fingerprint"]:
+        return None
+    return tail
 
 
 def _rescale(path: str, n: int, d: int, batch_size: int, fn) -> None:
