@@ -29,7 +29,7 @@ def test_descent_finds_the_exact_neighbours_and_rows_joining_keep_the_old_lists(
     k = 12
     lists = _lists(2000, k)
     D.random_init(X[:2000], lists, 0, 7)
-    D.descent(X[:2000], lists, (24, 50, 0.001, 7))
+    D.descent(X[:2000], lists, (24, 50, 0.001, 7, 0))
     ids, d2, _ = lists
     exact, exact_d2 = _exact(X[:2000], X[:2000], 10, np.arange(2000))
     assert _recall(ids[:, :10], exact) >= 0.99
@@ -40,7 +40,7 @@ def test_descent_finds_the_exact_neighbours_and_rows_joining_keep_the_old_lists(
     big = _lists(3000, k)
     big[0][:2000], big[1][:2000] = ids, d2
     D.random_init(X, big, 2000, 8)
-    D.descent(X, big, (24, 50, 0.001, 8))
+    D.descent(X, big, (24, 50, 0.001, 8, 2000))
     exact, _ = _exact(X, X, 10, np.arange(3000))
     assert _recall(big[0][:, :10], exact) >= 0.99
     # an old row's list only ever improves
@@ -53,7 +53,7 @@ def test_walk_finds_the_nearest_rows_and_a_bound_drops_only_farther_ones():
     cell, Q = X[:2000], X[2000:]
     lists = _lists(2000, 12)
     D.random_init(cell, lists, 0, 3)
-    D.descent(cell, lists, (24, 50, 0.001, 3))
+    D.descent(cell, lists, (24, 50, 0.001, 3, 0))
     graph = W.search_graph(lists[0], 6)
     E = cell[::20]
     starts = (np.arange(0, 2000, 20)[W.nearest_entries(E, (E * E).sum(1), Q, 8)]).astype(np.int32)

@@ -7,10 +7,12 @@ searches them, and the answers are merged into the row-aligned lists in cell ord
 in a thread pool (one cell per thread, each single-threaded) or on a distributed executor's
 workers; either way the graph is the same.
 
-Extension: the new rows are assigned to the existing centres and added to their cells' indices;
-they are searched as in a full build, with ``2k`` neighbours kept; each old row takes the new
-rows that found it and are nearer than its k-th (reverse edges).  Old rows are not searched
-again, so the work follows the new rows.
+Extension: the new rows are assigned to the existing centres and join their cells' graphs (a
+walk places each, then one NN-descent iteration joins it with its neighbours' neighbours, which
+also gives old rows of the cell the new rows nearer than their k-th); they are searched in other
+cells as in a full build, with ``2k`` neighbours kept; each old row takes the new rows that
+found it and are nearer than its k-th (reverse edges).  Old rows are not searched again, so the
+work follows the new rows.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .cells import (assign, assigned_pairs, bucket, coarse_centres, count_pairs, insert_rows,
-                    join_new, n_cells, probe_pairs, probe_ratio, reverse_edges)
+                    n_cells, probe_pairs, probe_ratio, reverse_edges)
 from ..base.atomic import atomic_save_npy
 from .tasks import (assign_path, build_cell, centres_path, read_result, reference_path,
                     search_cell)
@@ -41,11 +43,14 @@ def _run(executor, nt, fn, items, sizes, progress):
             pass
 
 
-def _lists(path_ids, path_d2, shape):
+def _lists(path_ids, path_d2, shape, fill=True):
+    """Row-aligned lists (memory-mapped), empty (-1 / inf) unless ``fill`` is False (every row
+    is written next)."""
     ids = np.lib.format.open_memmap(path_ids, "w+", np.int64, shape)
     d2 = np.lib.format.open_memmap(path_d2, "w+", np.float32, shape)
-    ids[:] = -1
-    d2[:] = np.inf
+    if fill:
+        ids[:] = -1
+        d2[:] = np.inf
     return ids, d2
 
 
@@ -167,7 +172,7 @@ def extend_build(ctx, out, old_graph, n_old, old_counts):
     t1 = time.perf_counter()
     ctx["probed"] = _search_cells(ctx, new, n_old, assigned, n_old, n, kq)
     t2 = time.perf_counter()
-    ids, d2 = _lists(*out, (n, k))
+    ids, d2 = _lists(*out, (n, k), fill=False)  # old rows copied, new rows' lists below
     for s in range(0, n_old, bs):
         e = min(n_old, s + bs)
         ids[s:e], d2[s:e] = old_graph[0][s:e], np.square(old_graph[1][s:e])
@@ -186,13 +191,9 @@ def extend_build(ctx, out, old_graph, n_old, old_counts):
         e = min(n - n_old, s + bs)
         ids[n_old + s:n_old + e], d2[n_old + s:n_old + e] = new[0][s:e, :k], new[1][s:e, :k]
     del new
-    t3 = time.perf_counter()
-    if not reference:
-        join_new(np.asarray(X), (np.asarray(ids), np.asarray(d2)), n_old)
     _finish((ids, d2))
     log.debug("kNN graph extended by %d rows: cells %.1f s, searches in other cells %.1f s, "
-              "old rows' lists %.1f s, their join with the new rows %.1f s", n - n_old, t1 - t0,
-              t2 - t1, t3 - t2, time.perf_counter() - t3)
+              "old rows' lists %.1f s", n - n_old, t1 - t0, t2 - t1, time.perf_counter() - t2)
     return counts
 
 

@@ -318,29 +318,6 @@ def reverse_edges(lists, new, first_new, n_old):
                 _insert(ids, d2, x, first_new + i, n_d2[i, j])
 
 
-@njit(cache=True, nogil=True)
-def join_new(X, lists, n_old):
-    """For each old row ``x``: the new rows (``>= n_old``) in its neighbours' lists become its
-    neighbours when nearer than its k-th (one round of a neighbour-of-neighbour join, in row
-    order).  ``lists = (ids, d2)`` of all rows, squared distances."""
-    ids, d2 = lists
-    k, d = ids.shape[1], X.shape[1]
-    for x in range(n_old):
-        for t in range(k):
-            z = ids[x, t]
-            if z < 0:
-                continue
-            for u in range(k):
-                y = ids[z, u]
-                if y < n_old or y == x:
-                    continue
-                s = 0.0
-                for j in range(d):
-                    diff = X[x, j] - X[y, j]
-                    s += diff * diff
-                _insert(ids, d2, x, y, np.float32(s))
-
-
 def remove_scratch(directory: str, prefix: str) -> None:
     for name in os.listdir(directory):
         if name.startswith(prefix):

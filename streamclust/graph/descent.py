@@ -103,9 +103,10 @@ def random_init(X, lists, start, seed):
 def descent(X, lists, params):
     """NN-descent on the cell rows ``X`` (m × d float32) and their ``lists = (ids, d2, flags)``
     (m × k: int32 local ids, float32 squared distances ascending, uint8 1 = new); ``params =
-    (max_candidates, max_iterations, delta, seed)``.  Returns the iterations run."""
+    (max_candidates, max_iterations, delta, seed, first)``: two rows before ``first`` (rows
+    of a built cell that others join) are not compared again.  Returns the iterations run."""
     ids, d2, flags = lists
-    mc, max_it, delta, seed = params
+    mc, max_it, delta, seed, first = params
     m, k = ids.shape
     np.random.seed(seed)
     new = np.empty((m, mc), np.int32)
@@ -149,12 +150,12 @@ def descent(X, lists, params):
                     continue
                 for b in range(a + 1, mc):
                     q = new[r, b]
-                    if q < 0:
+                    if q < 0 or (p < first and q < first):
                         continue
                     changed += _join(X, ids, d2, flags, p, q)
                 for b in range(mc):
                     q = old[r, b]
-                    if q < 0 or q == p:
+                    if q < 0 or q == p or (p < first and q < first):
                         continue
                     changed += _join(X, ids, d2, flags, p, q)
         if changed <= delta * k * m:

@@ -111,11 +111,18 @@ class KNNGraph:
         return cls(ids, dist, "reused", ref)
 
 
-def rows_hash(X, stop: int, batch_size: int = 65536) -> str:
+def rows_hash(X, stop: int, batch_size: int = 65536, more: int = 0):
+    """blake2b of the rows ``[0, stop)``; with ``more`` > stop also that of ``[0, more)``, in
+    the same pass (a pair)."""
     h = hashlib.blake2b(digest_size=16)
     for s in range(0, stop, batch_size):
         h.update(np.ascontiguousarray(X[s:min(stop, s + batch_size)]).data)
-    return h.hexdigest()
+    if more <= stop:
+        return h.hexdigest()
+    first = h.hexdigest()
+    for s in range(stop, more, batch_size):
+        h.update(np.ascontiguousarray(X[s:min(more, s + batch_size)]).data)
+    return first, h.hexdigest()
 
 
 def _read_meta(path):
@@ -232,7 +239,11 @@ def _build(cache, directory, settings, executor, batch_size, progress):
     if old is not None and all(old.get(key, _KEY_DEFAULTS.get(key)) == settings[key] for key in _KEY):
         if fingerprint is not None and old.get("cache") == fingerprint and old.get("n_rows") == n:
             return KNNGraph.load(directory)
-        if not (0 < old.get("n_rows", 0) < n and old.get("rows_hash") == rows_hash(cache.X, old["n_rows"])):
+        if 0 < old.get("n_rows", 0) < n:  # the old rows unchanged: appended to
+            head, new_hash = rows_hash(cache.X, old["n_rows"], more=n)
+            if old.get("rows_hash") != head:
+                old = None
+        else:
             old = None
     else:
         old = None
@@ -261,7 +272,8 @@ def _build(cache, directory, settings, executor, batch_size, progress):
     for name in ("ids", "distances"):
         os.replace(os.path.join(directory, f"graph_{name}.tmp.npy"),
                    os.path.join(directory, f"graph_{name}.npy"))
-    meta = dict(settings, n_rows=n, cache=fingerprint, rows_hash=rows_hash(cache.X, n, batch_size),
+    meta = dict(settings, n_rows=n, cache=fingerprint,
+                rows_hash=new_hash if old else rows_hash(cache.X, n, batch_size),
                 source=os.path.abspath(cache.X.filename),
                 cells=[int(c) for c in counts], probes=ctx.get("probed", 0))
     atomic_json(meta_path, meta)

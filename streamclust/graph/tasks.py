@@ -151,7 +151,8 @@ def build_cell(source, directory, c, lists, settings, batch_size, kq, extend=Fal
     and the seed.  With ``reference_rows`` only the rows of the reference sample are indexed
     and the others searched in the graph.  Writes the cell's graph files and the ``own``
     result files: the ``kq`` nearest cell rows of every row the cell holds or searched
-    (``.rows.npy`` says which; with ``extend`` the old rows too, their lists improved)."""
+    (``.rows.npy`` says which; with ``extend`` also the old rows whose lists the new rows
+    changed)."""
     from .descent import descent, forest_init, random_init
     X, rows = open_rows(source), _rows(lists)
     add = indexed(directory, settings, rows)
@@ -188,7 +189,8 @@ def build_cell(source, directory, c, lists, settings, batch_size, kq, extend=Fal
         else:
             forest_init(Xc, (ids, d2, flags), forest(m, kb, seed))
         random_init(Xc, (ids, d2, flags), mo, seed)
-        its = descent(Xc, (ids, d2, flags), (settings["max_candidates"], 50, 0.001, seed))
+        its = descent(Xc, (ids, d2, flags),
+                      (settings["max_candidates"], EXTEND_ITERATIONS if mo else 50, 0.001, seed, mo))
         if not mo:  # rows joining a built cell keep its width: widening joins all rows again
             ids, d2 = _widen(Xc, (ids, d2, flags), settings, rng)
         log.debug("kNN cell %d: %d + %d rows read in %.2f s, NN-descent %d iterations %.2f s", c,
@@ -201,12 +203,21 @@ def build_cell(source, directory, c, lists, settings, batch_size, kq, extend=Fal
     if progress:
         progress(len(add))
     searched = rows[~np.isin(rows, add)]  # rows of the cell outside the reference sample
-    own = (np.where(ids >= 0, members[np.maximum(ids, 0)], -1), d2)  # sorted, never the row
+    keep = np.ones(m, bool)
+    if mo:  # old rows whose lists the new rows left alone need no answer
+        keep[:mo] = (ids[:mo] != old_ids).any(1)
+    own = (np.where(ids[keep] >= 0, members[np.maximum(ids[keep], 0)], -1), d2[keep])  # sorted
     with atomic_path(_rows_path(directory, "own", c), suffix=".tmp.npy") as tmp:
-        np.save(tmp, np.concatenate([members, searched]), allow_pickle=False)
+        np.save(tmp, np.concatenate([members[keep], searched]), allow_pickle=False)
     search = CellSearch(Xc, (members, ids, d2), settings, c) if len(searched) else None
     _answers(X, search, own, searched, kq, batch_size, result_paths(directory, "own", c), progress)
     return len(rows)
+
+
+#: NN-descent iterations when rows join a built cell: the new rows' lists come from walks in
+#: the cell's graph, and one iteration joins them with their neighbours' neighbours (1M digits +
+#: 10 %: new rows' recall 0.970, two iterations 0.975 for 3.5 s more of 8.7 s)
+EXTEND_ITERATIONS = 1
 
 
 def locality_order(Xc, seed, leaf: int = 256):
@@ -255,7 +266,7 @@ def _widen(Xc, lists, settings, rng, sample=200):
         wide[2][:, :ids.shape[1]] = 1  # joined again with the new entries
         seed = int(rng.integers(2 ** 31))
         random_init(Xc, wide, 0, seed)
-        descent(Xc, wide, (2 * w, 50, 0.001, seed))
+        descent(Xc, wide, (2 * w, 50, 0.001, seed, 0))
         ids, d2, flags = wide
 
 
