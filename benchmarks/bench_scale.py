@@ -2,7 +2,7 @@
 ``streamclust graph`` on the deformed digits of ``make_digits.py`` at each size, beside one
 in-memory hnswlib index over all rows (same M / ef_construction / ef, both cores) and
 pynndescent (``n_jobs=2``) at the first size, in the same run.  Then appending 10 % more rows
-to the first size's graph against a full build of all of them.
+(a file added to the first size's directory) to its graph against a full build of all of them.
 
 Recall@k: the share of found neighbours at most as far as the k-th exact neighbour (ties count),
 over ``--sample`` rows whose exact neighbours are found by brute force over all rows.  Memory:
@@ -195,6 +195,10 @@ def main():
         if a.append:
             tail = int(n * a.append)
             grown = size_dir(root, files, n, tail)
+            if n % FILE_ROWS == 0:  # a file added where the first size was read: its feature
+                for name in sorted(set(os.listdir(grown)) - set(os.listdir(data))):  # cache
+                    os.rename(os.path.join(grown, name), os.path.join(data, name))  # is appended to
+                grown = data
             sec_a, _ = run(graph_cmd(grown, work, a.k))  # the first size's work dir: appended
             fwork = os.path.join(root, "work-full")
             sec_f, _ = run(graph_cmd(grown, fwork, a.k))
