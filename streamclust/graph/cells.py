@@ -188,7 +188,8 @@ def probe_ratio(X, lists, rows, assigned, centres, loss: float = PROBE_LOSS) -> 
         return 1.0
     x, r, ids, own = x[ok], r[ok], ids[ok], np.asarray(assigned, np.int64)[ok]
     Y = np.asarray(X[ids.ravel()], np.float64).reshape(ids.shape + (x.shape[1],)) - x[:, None]
-    gap = ((centres[None, :, :] - centres[own][:, None, :]) ** 2).sum(-1)
+    c_sq = (centres * centres).sum(1)
+    gap = sqdist_to(centres, centres, c_sq)[own]  # C × C, then a row per sampled row
     gap[np.arange(len(own)), own] = np.inf
     beyond = []
     for b in np.argsort(gap, axis=1)[:, :min(3, len(centres) - 1)].T:

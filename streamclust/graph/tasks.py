@@ -313,6 +313,11 @@ def _answers(X, search, own, searched, kq, batch_size, paths, progress):
         del ids, d2
 
 
+#: rows searched in a cell at a time (a 65 536-row batch held ~70 MB of answers and temporaries
+#: per task; two tasks at once, beside the cells being searched)
+SEARCH_BATCH = 16384
+
+
 def search_cell(source, directory, c, lists, settings, batch_size, kq, progress=None):
     """Task: rows of other cells (``lists``) searched in cell ``c``'s saved graph; writes the
     ``probe`` result files; returns the rows."""
@@ -325,7 +330,9 @@ def search_cell(source, directory, c, lists, settings, batch_size, kq, progress=
 
     def query(Q, r, k, b):
         return s.query(Q, r, k, b, src=np.asarray(assigned[r]))
-    _search_rows(query, X, rows, kq, batch_size, result_paths(directory, "probe", c), bound)
+    # queries a batch at a time: their answers and the walk's temporaries are ~1 KB a query
+    _search_rows(query, X, rows, kq, min(batch_size, SEARCH_BATCH), result_paths(directory, "probe", c),
+                 bound)
     if progress:
         progress(len(rows))
     return len(rows)

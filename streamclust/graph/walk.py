@@ -31,7 +31,9 @@ class CellSearch:
         self._entries = {}
 
     def entries(self, a):
-        """The entry rows (local ids) of queries from cell ``a``, with their vectors and norms."""
+        """The entry rows (local ids) of queries from cell ``a``, with their vectors and norms.
+        Only the ids are kept between calls (a cell searched from 150 others would otherwise
+        hold 150 × 200 KB of entry vectors); the vectors are gathered again per batch."""
         if a not in self._entries:
             m, e = len(self.rows), min(len(self.rows), self.n_entries)
             if self.centres is None or a == self.c or e == m:
@@ -41,9 +43,10 @@ class CellSearch:
                 ca, cc = self.centres[a], self.centres[self.c]
                 h = self.Xc @ (2.0 * (cc - ca)).astype(np.float32) + np.float32(ca @ ca - cc @ cc)
                 pick = np.sort(np.argpartition(h, e - 1)[:e])
-            E = self.Xc[pick]
-            self._entries[a] = (pick.astype(np.int32), E, (E * E).sum(1))
-        return self._entries[a]
+            self._entries[a] = pick.astype(np.int32)
+        pick = self._entries[a]
+        E = self.Xc[pick]
+        return pick, E, (E * E).sum(1)
 
     def query(self, Q, query_rows, kq, bound=None, src=None):
         """The ``kq`` nearest cell rows of ``Q`` (global ids ``query_rows``, never their own
