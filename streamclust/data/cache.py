@@ -128,12 +128,7 @@ class FeatureCache:
                         f.write(memoryview(apply(transform, b.X)).cast("B"))
                     if collector is not None:
                         collector.add(b)
-                    n += len(b.X)
-                    rows = len(b.X) if b.kept is None else len(b.kept)
-                    skipped += rows - len(b.X)
-                    n_source += rows
-                    if progress:
-                        progress(rows)
+                    n, skipped, n_source = _tally(b, (n, skipped, n_source), progress)
             if n == 0:
                 raise DataError(f"{data.source.name}: the data set is empty"
                                 + (f" ({skipped} rows skipped as invalid)" if skipped else ""))
@@ -172,12 +167,7 @@ class FeatureCache:
                 for b in tail.iter_batches(batch_size, start=first):
                     check_interrupt()
                     f.write(memoryview(apply(key["transform"], b.X)).cast("B"))
-                    n += len(b.X)
-                    rows = len(b.X) if b.kept is None else len(b.kept)
-                    skipped += rows - len(b.X)
-                    n_source += rows
-                    if progress:
-                        progress(rows)
+                    n, skipped, n_source = _tally(b, (n, skipped, n_source), progress)
         except BaseException:
             os.truncate(path, size)
             raise
@@ -185,6 +175,15 @@ class FeatureCache:
                     source_rows=first + n_source)
         atomic_json(os.path.join(work_dir, CACHE_META), meta)
         return cls.open(work_dir)
+
+
+def _tally(b, counts, progress):
+    """``(rows kept, rows skipped, source rows)`` after the batch ``b``; progress counts source
+    rows."""
+    rows = len(b.X) if b.kept is None else len(b.kept)
+    if progress:
+        progress(rows)
+    return counts[0] + len(b.X), counts[1] + rows - len(b.X), counts[2] + rows
 
 
 def _appended(old, key, data):
