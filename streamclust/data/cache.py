@@ -171,7 +171,8 @@ class FeatureCache:
         except BaseException:
             os.truncate(path, size)
             raise
-        meta = dict(meta, **key, n_rows=meta["n_rows"] + n, skipped=meta.get("skipped", 0) + skipped,
+        meta = dict(meta, **key, n_rows=meta["n_rows"] + n,
+                    skipped=meta.get("skipped", 0) + skipped,
                     source_rows=first + n_source)
         atomic_json(os.path.join(work_dir, CACHE_META), meta)
         return cls.open(work_dir)
@@ -194,7 +195,7 @@ def _appended(old, key, data):
     if any(old.meta.get(k) != v for k, v in key.items() if k != "fingerprint"):
         return None
     tail = data.source.tail(old.meta["fingerprint"].count("|") + 1)
-    if tail is None or old.meta["fingerprint"] + "|" + (tail.fingerprint() or "") != key["fingerprint"]:
+    if tail is None or f'{old.meta["fingerprint"]}|{tail.fingerprint()}' != key["fingerprint"]:
         return None
     return tail
 

@@ -4,10 +4,11 @@ NN-descent (Dong, Moses & Li, WWW 2011; the sampled, flagged form of pynndescent
 starts with the nearest of the rows that share its leaf in a few random-projection trees
 (``forest_init``; then random rows where that leaves a list short); each iteration a row's new
 and old neighbours, forward and reverse, are sampled into candidate lists and every new
-candidate is compared with every other candidate of the same row ("a neighbour of a neighbour is likely a neighbour").  It stops when
-an iteration changes fewer than ``delta · k · m`` list entries.  Rows may arrive with lists
-already built (``flags`` 0): then only pairs with a new entry are compared, so adding rows to a
-built cell costs in proportion to the new rows.
+candidate is compared with every other candidate of the same row ("a neighbour of a neighbour
+is likely a neighbour").  It stops when an iteration changes fewer than ``delta · k · m`` list
+entries.  Rows may arrive with lists already built (``flags`` 0): then only pairs with a new
+entry are compared (two rows before ``first`` never), so adding rows to a built cell costs in
+proportion to the new rows.
 
 Kernels take the cell's rows as a contiguous float32 array and local ids (0..m-1); they hold no
 I/O and run without the GIL, so the cells of a build run in threads.

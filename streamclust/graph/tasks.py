@@ -189,8 +189,8 @@ def build_cell(source, directory, c, lists, settings, batch_size, kq, extend=Fal
         else:
             forest_init(Xc, (ids, d2, flags), forest(m, kb, seed))
         random_init(Xc, (ids, d2, flags), mo, seed)
-        its = descent(Xc, (ids, d2, flags),
-                      (settings["max_candidates"], EXTEND_ITERATIONS if mo else 50, 0.001, seed, mo))
+        its = descent(Xc, (ids, d2, flags), (settings["max_candidates"],
+                                             EXTEND_ITERATIONS if mo else 50, 0.001, seed, mo))
         if not mo:  # rows joining a built cell keep its width: widening joins all rows again
             ids, d2 = _widen(Xc, (ids, d2, flags), settings, rng)
         log.debug("kNN cell %d: %d + %d rows read in %.2f s, NN-descent %d iterations %.2f s", c,
@@ -331,8 +331,8 @@ def search_cell(source, directory, c, lists, settings, batch_size, kq, progress=
     def query(Q, r, k, b):
         return s.query(Q, r, k, b, src=np.asarray(assigned[r]))
     # queries a batch at a time: their answers and the walk's temporaries are ~1 KB a query
-    _search_rows(query, X, rows, kq, min(batch_size, SEARCH_BATCH), result_paths(directory, "probe", c),
-                 bound)
+    _search_rows(query, X, rows, kq, min(batch_size, SEARCH_BATCH),
+                 result_paths(directory, "probe", c), bound)
     if progress:
         progress(len(rows))
     return len(rows)
