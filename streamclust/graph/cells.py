@@ -19,6 +19,8 @@ import os
 import numpy as np
 from numba import njit
 
+from .walk import keep_smallest
+
 
 def n_cells(n: int, cell_rows: int, threads: int, min_cell_rows: int) -> int:
     """At most ``cell_rows`` rows per cell on average, and one cell per thread when every thread
@@ -256,15 +258,7 @@ def _probes(XG, cents, rows_in, cells):
             h = (c_sq[b] - 2.0 * G[i, b] - da) * inv_gap[a, b]
             if not h - e * (cn[a] + cn[b]) * inv_gap[a, b] < lim[i]:
                 continue
-            if f == width and not h < h_best[width - 1]:
-                continue
-            t = f if f < width else width - 1
-            if f < width:
-                f += 1
-            while t > 0 and h_best[t - 1] > h:
-                h_best[t], cells[i, t] = h_best[t - 1], cells[i, t - 1]
-                t -= 1
-            h_best[t], cells[i, t] = h, b
+            f = keep_smallest(h_best, cells[i], f, h, b)
         for t in range(f, width):
             cells[i, t] = -1
 

@@ -202,7 +202,7 @@ def beam_search(X, graph, starts, Q, out, ef, bound):
             cd[nc], ci[nc] = d, c
             nc += 1
             _heap_up(cd, ci, nc)
-            nr = _keep(rd, ri, nr, L, c, d)
+            nr = keep_smallest(rd, ri, nr, d, c)
         while nc > 0:
             d0, c0 = cd[0], ci[0]
             if (nr == L and d0 > rd[L - 1]) or d0 > far:
@@ -218,7 +218,7 @@ def beam_search(X, graph, starts, Q, out, ef, bound):
                     cd[nc], ci[nc] = d, c
                     nc += 1
                     _heap_up(cd, ci, nc)
-                    nr = _keep(rd, ri, nr, L, c, d)
+                    nr = keep_smallest(rd, ri, nr, d, c)
         for t in range(kq):
             if t < nr:
                 o_ids[qn, t], o_d2[qn, t] = ri[t], rd[t]
@@ -227,21 +227,23 @@ def beam_search(X, graph, starts, Q, out, ef, bound):
 
 
 @njit(cache=True, nogil=True)
-def _keep(rd, ri, nr, L, c, d):
-    """``c`` at ``d`` into the ascending results (length ``nr`` of at most ``L``); the new
-    length."""
-    if nr == L:
-        if not d < rd[L - 1]:
-            return nr
-        t = L - 1
+def keep_smallest(vals, idx, n, v, j):
+    """``v`` (with its id ``j``) into the ascending ``vals`` / ``idx``, which hold ``n`` entries
+    and at most their length; returns the new count (``v`` is dropped when they are full and it
+    is not smaller than the last)."""
+    size = vals.shape[0]
+    if n == size:
+        if not v < vals[size - 1]:
+            return n
+        t = size - 1
     else:
-        t = nr
-        nr += 1
-    while t > 0 and rd[t - 1] > d:
-        rd[t], ri[t] = rd[t - 1], ri[t - 1]
+        t = n
+        n += 1
+    while t > 0 and vals[t - 1] > v:
+        vals[t], idx[t] = vals[t - 1], idx[t - 1]
         t -= 1
-    rd[t], ri[t] = d, c
-    return nr
+    vals[t], idx[t] = v, j
+    return n
 
 
 def nearest_entries(E, E_sq, Q, s):
@@ -265,17 +267,6 @@ def _smallest(D, out):
     for i in range(q):
         f = 0
         for j in range(n):
-            d = D[i, j]
-            if f == s and not d < best[s - 1]:
-                continue
-            t = f if f < s else s - 1
-            if f < s:
-                f += 1
-            while t > 0 and best[t - 1] > d:
-                best[t] = best[t - 1]
-                out[i, t] = out[i, t - 1]
-                t -= 1
-            best[t] = d
-            out[i, t] = j
+            f = keep_smallest(best, out[i], f, D[i, j], j)
         for t in range(f, s):
             out[i, t] = out[i, 0]
