@@ -35,12 +35,7 @@ class Source:
             return None
         import copy
         rest = copy.copy(self)
-        rest.files = list(files[first:])
-        if isinstance(getattr(self, "_meta", None), list) and len(self._meta) == len(files):
-            rest._meta = self._meta[first:]
-            rest.n_rows = int(sum(rest._meta))
-        else:
-            rest.n_rows = None
+        rest.files, rest.n_rows = list(files[first:]), None
         return rest
 
 

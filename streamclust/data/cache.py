@@ -109,8 +109,8 @@ class FeatureCache:
             tail = _appended(old, key, data)
             if tail is not None:
                 from dataclasses import replace
-                return cls._append(old, replace(data, source=tail), work_dir, key, batch_size,
-                                   progress)
+                return cls._append(old.meta, replace(data, source=tail), work_dir, key,
+                                   batch_size, progress)
         path = os.path.join(work_dir, CACHE_FILE)
         tmp = path + ".tmp"
         n = skipped = n_source = 0
@@ -150,15 +150,14 @@ class FeatureCache:
         return cls.open(work_dir)
 
     @classmethod
-    def _append(cls, old, tail, work_dir, key, batch_size, progress):
-        """The rows of the files added (``tail``: the data of those files) appended to the cache ``old`` in place: the
-        metadata, written last, is what commits them (until then the file's size disagrees with
-        it and the cache counts as absent), and a failure truncates the file back."""
+    def _append(cls, meta, tail, work_dir, key, batch_size, progress):
+        """The rows of the files added (``tail``: the data of those files) appended in place to
+        the cache whose metadata is ``meta``: the new metadata, written last, is what commits
+        them (until then the file's size disagrees with it and the cache counts as absent), and
+        a failure truncates the file back."""
         from .transforms import apply
         path = os.path.join(work_dir, CACHE_FILE)
         size, n, skipped, n_source = os.path.getsize(path), 0, 0, 0
-        meta = old.meta
-        del old  # its memory map
         first = meta.get("source_rows", meta["n_rows"])
         if progress:
             progress(first)  # the rows cached already

@@ -65,6 +65,13 @@ class ParquetSource(Source):
     def _parquet(self, f):
         return pq.ParquetFile(f if self._fs is None else self._fs.open_input_file(f))
 
+    def tail(self, first: int):
+        rest = super().tail(first)
+        if rest is not None:  # the row count from the footers read already
+            rest._meta = self._meta[first:]
+            rest.n_rows = int(sum(rest._meta))
+        return rest
+
     def fingerprint(self):
         if self._fs is not None:
             from .filesystems import fingerprint
