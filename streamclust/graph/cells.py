@@ -19,8 +19,6 @@ import os
 import numpy as np
 from numba import njit
 
-from .walk import keep_smallest
-
 
 def n_cells(n: int, cell_rows: int, threads: int, min_cell_rows: int) -> int:
     """At most ``cell_rows`` rows per cell on average, and one cell per thread when every thread
@@ -261,6 +259,26 @@ def _probes(XG, cents, rows_in, cells):
             f = keep_smallest(h_best, cells[i], f, h, b)
         for t in range(f, width):
             cells[i, t] = -1
+
+
+@njit(cache=True, nogil=True)
+def keep_smallest(vals, idx, n, v, j):
+    """``v`` (with its id ``j``) into the ascending ``vals`` / ``idx``, which hold ``n`` entries
+    and at most their length; returns the new count (``v`` is dropped when they are full and it
+    is not smaller than the last)."""
+    size = vals.shape[0]
+    if n == size:
+        if not v < vals[size - 1]:
+            return n
+        t = size - 1
+    else:
+        t = n
+        n += 1
+    while t > 0 and vals[t - 1] > v:
+        vals[t], idx[t] = vals[t - 1], idx[t - 1]
+        t -= 1
+    vals[t], idx[t] = v, j
+    return n
 
 
 def count_pairs(pairs, n_cells_: int) -> np.ndarray:

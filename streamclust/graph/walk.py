@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .cells import keep_smallest, nearest_centres
+
 #: how far (in squared distance, times the k-th so far) a probe's walk may go: it starts at
 #: rows near the boundary, which may lie farther than the neighbours it looks for
 WALK = 2.0
@@ -63,7 +65,6 @@ class CellSearch:
     def local(self, Q, kq, bound=None, src=None):
         """The ``kq`` nearest cell rows of ``Q`` as local ids (positions in the cell) and squared
         distances, nearest first; ``bound`` and ``src`` as for :meth:`query`."""
-        from .cells import nearest_centres
         q = len(Q)
         Q = np.ascontiguousarray(Q, dtype=np.float32)
         if src is not None:
@@ -224,26 +225,6 @@ def beam_search(X, graph, starts, Q, out, ef, bound):
                 o_ids[qn, t], o_d2[qn, t] = ri[t], rd[t]
             else:
                 o_ids[qn, t], o_d2[qn, t] = -1, np.inf
-
-
-@njit(cache=True, nogil=True)
-def keep_smallest(vals, idx, n, v, j):
-    """``v`` (with its id ``j``) into the ascending ``vals`` / ``idx``, which hold ``n`` entries
-    and at most their length; returns the new count (``v`` is dropped when they are full and it
-    is not smaller than the last)."""
-    size = vals.shape[0]
-    if n == size:
-        if not v < vals[size - 1]:
-            return n
-        t = size - 1
-    else:
-        t = n
-        n += 1
-    while t > 0 and vals[t - 1] > v:
-        vals[t], idx[t] = vals[t - 1], idx[t - 1]
-        t -= 1
-    vals[t], idx[t] = v, j
-    return n
 
 
 def nearest_entries(E, E_sq, Q, s):
