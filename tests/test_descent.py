@@ -1,5 +1,6 @@
-"""The kernels of a cell's graph against brute force: NN-descent's lists, the lists it keeps
-when rows join a built cell, and the best-first walk with and without a bound."""
+"""The kernels of a cell's graph against brute force: NN-descent's lists, rows joining a built
+cell (walks from their leaves, then join_new), and the best-first walk with and without a
+bound."""
 import numpy as np
 
 from streamclust.graph import descent as D
@@ -23,28 +24,53 @@ def _recall(found, exact):
     return np.mean([len(set(a) & set(b)) / len(b) for a, b in zip(found, exact)])
 
 
-def test_descent_finds_the_exact_neighbours_and_rows_joining_keep_the_old_lists():
+def test_descent_finds_the_exact_neighbours():
     X, _ = make_blobs(n=3000, k=6, d=8, seed=1, spread=1.5)
     X = np.ascontiguousarray(X, dtype=np.float32)
-    k = 12
-    lists = _lists(2000, k)
+    lists = _lists(2000, 12)
     D.random_init(X[:2000], lists, 0, 7)
-    D.descent(X[:2000], lists, (24, 50, 0.001, 7, 0))
+    D.descent(X[:2000], lists, (24, 50, 0.001, 7))
     ids, d2, _ = lists
-    exact, exact_d2 = _exact(X[:2000], X[:2000], 10, np.arange(2000))
+    exact, _ = _exact(X[:2000], X[:2000], 10, np.arange(2000))
     assert _recall(ids[:, :10], exact) >= 0.99
     got = ((X[:2000, None, :] - X[ids]) ** 2).sum(2)  # the distances it keeps are the rows'
     np.testing.assert_allclose(d2, got, rtol=1e-4, atol=1e-4)
     assert (np.diff(d2, axis=1) >= 0).all()
-    # 1 000 rows join: old entries start as not new, the new rows start at random
-    big = _lists(3000, k)
-    big[0][:2000], big[1][:2000] = ids, d2
-    D.random_init(X, big, 2000, 8)
-    D.descent(X, big, (24, 50, 0.001, 8, 2000))
-    exact, _ = _exact(X, X, 10, np.arange(3000))
-    assert _recall(big[0][:, :10], exact) >= 0.99
-    # an old row's list only ever improves
-    assert (big[1][:2000, -1] <= d2[:, -1] + 1e-6).all()
+
+
+def test_rows_joining_a_built_cell_find_their_neighbours_and_old_lists_only_improve():
+    """The extension of a cell as the build runs it: walks from the joining rows' leaves
+    (tree_starts), then join_new; recall of old and new rows against brute force over all."""
+    X, _ = make_blobs(n=6000, k=6, d=8, seed=1, spread=1.5)
+    X = np.ascontiguousarray(X, dtype=np.float32)
+    mo, k = 5000, 12
+    lists = _lists(mo, k)
+    D.random_init(X[:mo], lists, 0, 7)
+    D.descent(X[:mo], lists, (24, 50, 0.001, 7))
+    old_ids, old_d2 = lists[0].copy(), lists[1].copy()
+    starts = W.tree_starts(X, mo, (2, 64, 4, 3))
+    assert starts.shape == (1000, 8) and (starts >= 0).all() and (starts < mo).all()
+    # a start is among the nearer old rows: nearer than a random old row for most new rows
+    d_start = ((X[mo:] - X[starts[:, 0]]) ** 2).sum(1)
+    d_rand = ((X[mo:] - X[np.random.default_rng(0).integers(0, mo, 1000)]) ** 2).sum(1)
+    assert (d_start < d_rand).mean() > 0.9
+    search = W.CellSearch(X[:mo], (np.arange(mo), old_ids, old_d2), dict(entries=64, ef=32, seed=0), 0)
+    found = search.local(X[mo:], 32, starts=starts)
+    big = _lists(6000, k)
+    big[0][:mo], big[1][:mo] = old_ids, old_d2
+    big[0][mo:], big[1][mo:] = found[0][:, :k], found[1][:, :k]
+    D.join_new(X, big, mo, found, search.graph, (32, 8))
+    exact, _ = _exact(X, X, 10, np.arange(6000))
+    assert _recall(big[0][mo:, :10], exact[mo:]) >= 0.98
+    assert _recall(big[0][:mo, :10], exact[:mo]) >= 0.98  # 0.989 (a join with 4: 0.985)
+    joined = (big[0][:mo] >= mo).any(1)  # old rows that took a new row
+    assert joined.mean() > 0.3
+    # an old row's list only ever improves, and its distances are the rows'
+    assert (big[1][:mo, -1] <= old_d2[:, -1] + 1e-6).all()
+    got = ((X[:, None, :] - X[big[0]]) ** 2).sum(2)
+    np.testing.assert_allclose(big[1], got, rtol=1e-4, atol=1e-4)
+    # without the join the new rows miss their neighbours among each other
+    assert _recall(found[0][:, :10], exact[mo:]) < _recall(big[0][mo:, :10], exact[mo:]) - 0.05
 
 
 def test_walk_finds_the_nearest_rows_and_a_bound_drops_only_farther_ones():
@@ -53,7 +79,7 @@ def test_walk_finds_the_nearest_rows_and_a_bound_drops_only_farther_ones():
     cell, Q = X[:2000], X[2000:]
     lists = _lists(2000, 12)
     D.random_init(cell, lists, 0, 3)
-    D.descent(cell, lists, (24, 50, 0.001, 3, 0))
+    D.descent(cell, lists, (24, 50, 0.001, 3))
     graph = W.search_graph(lists[0], 6)
     E = cell[::20]
     starts = (np.arange(0, 2000, 20)[W.nearest_entries(E, (E * E).sum(1), Q, 8)]).astype(np.int32)

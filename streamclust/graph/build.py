@@ -8,8 +8,9 @@ in a thread pool (one cell per thread, each single-threaded) or on a distributed
 workers; either way the graph is the same.
 
 Extension: the new rows are assigned to the existing centres and join their cells' graphs (a
-walk places each, then one NN-descent iteration joins it with its neighbours' neighbours, which
-also gives old rows of the cell the new rows nearer than their k-th); they are searched in other
+walk from the nearest old rows of its leaves in two random-projection trees places each; then
+each enters the lists of the old rows it found and meets the other new rows that found them and
+their neighbours, :func:`.descent.join_new`); they are searched in other
 cells as in a full build, with ``2k`` neighbours kept; each old row takes the new rows that
 found it and are nearer than its k-th (reverse edges).  Old rows are not searched again, so the
 work follows the new rows.

@@ -14,7 +14,7 @@ import numpy as np
 from ..base.atomic import atomic_path
 from ..errors import DataError
 from .cells import bound_path
-from .walk import CellSearch
+from .walk import CellSearch, tree_starts
 
 log = logging.getLogger("streamclust")
 
@@ -153,7 +153,7 @@ def build_cell(source, directory, c, lists, settings, batch_size, kq, extend=Fal
     result files: the ``kq`` nearest cell rows of every row the cell holds or searched
     (``.rows.npy`` says which; with ``extend`` also the old rows whose lists the new rows
     changed)."""
-    from .descent import descent, forest_init, random_init
+    from .descent import descent, forest_init, join_new, random_init
     X, rows = open_rows(source), _rows(lists)
     add = indexed(directory, settings, rows)
     kb = settings["degree"]
@@ -180,21 +180,20 @@ def build_cell(source, directory, c, lists, settings, batch_size, kq, extend=Fal
         ids[:mo], d2[:mo] = old_ids, old_d2
     rng = np.random.default_rng([settings["seed"], c, mo])
     seed = int(rng.integers(2 ** 31))
-    if m > 1:
-        if mo and m > mo:  # new rows start from their nearest old rows, found in the graph
-            place = dict(settings, ef=max(settings["ef"], 4 * kb))  # NN-descent from there
-            ids[mo:], d2[mo:] = CellSearch(Xc[:mo], (old_rows, old_ids, old_d2), place,  # ends
-                                           c).local(Xc[mo:], kb)  # higher (ef 24: 0.981, 48: 0.995)
-            flags[mo:] = 1
-        else:
-            forest_init(Xc, (ids, d2, flags), forest(m, kb, seed))
-        random_init(Xc, (ids, d2, flags), mo, seed)
-        its = descent(Xc, (ids, d2, flags), (settings["max_candidates"],
-                                             EXTEND_ITERATIONS if mo else 50, 0.001, seed, mo))
-        if not mo:  # rows joining a built cell keep its width: widening joins all rows again
-            ids, d2 = _widen(Xc, (ids, d2, flags), settings, rng)
-        log.debug("kNN cell %d: %d + %d rows read in %.2f s, NN-descent %d iterations %.2f s", c,
-                  mo, m - mo, t1 - t0, its, time.perf_counter() - t1)
+    if mo and m > mo:  # rows joining a built cell keep its width (widening joins all again)
+        found, graph = _place(Xc, mo, (old_rows, old_ids, old_d2), settings, c, seed)
+        ids[mo:], d2[mo:] = found[0][:, :kb], found[1][:, :kb]
+        random_init(Xc, (ids, d2, flags), mo, seed)  # where the cell has fewer rows than kb
+        join_new(Xc, (ids, d2, flags), mo, found, graph, PLACE_JOIN)
+        log.debug("kNN cell %d: %d + %d rows read in %.2f s, placed and joined in %.2f s", c,
+                  mo, m - mo, t1 - t0, time.perf_counter() - t1)
+    elif m > 1 and not mo:
+        forest_init(Xc, (ids, d2, flags), forest(m, kb, seed))
+        random_init(Xc, (ids, d2, flags), 0, seed)
+        its = descent(Xc, (ids, d2, flags), (settings["max_candidates"], 50, 0.001, seed))
+        ids, d2 = _widen(Xc, (ids, d2, flags), settings, rng)
+        log.debug("kNN cell %d: %d rows read in %.2f s, NN-descent %d iterations %.2f s", c,
+                  m, t1 - t0, its, time.perf_counter() - t1)
     if os.path.exists(cell_path(directory, c)):  # the hnswlib index of fewer rows is stale
         os.remove(cell_path(directory, c))
     for path, arr in zip(graph_paths(directory, c), (members, ids, d2)):
@@ -214,10 +213,24 @@ def build_cell(source, directory, c, lists, settings, batch_size, kq, extend=Fal
     return len(rows)
 
 
-#: NN-descent iterations when rows join a built cell: the new rows' lists come from walks in
-#: the cell's graph, and one iteration joins them with their neighbours' neighbours (1M digits +
-#: 10 %: new rows' recall 0.970, two iterations 0.975 for 3.5 s more of 8.7 s)
-EXTEND_ITERATIONS = 1
+#: rows joining a built cell: a walk in its graph keeping ``PLACE_EF`` rows (at least twice the
+#: list length) from the nearest built rows of the new row's leaves in ``PLACE_TREES = (trees,
+#: leaf size, starts a tree)`` random-projection trees over the cell's old and new rows, then
+#: :func:`.descent.join_new` with ``PLACE_JOIN = (cap, near)``
+PLACE_EF = 32
+PLACE_TREES = (2, 128, 4)
+PLACE_JOIN = (32, 8)
+
+
+def _place(Xc, mo, cell, settings, c, seed):
+    """The nearest built rows (local ids, squared distances) of the rows ``Xc[mo:]`` joining
+    the cell of ``Xc[:mo]`` (its graph ``cell``), found by walks (see :data:`PLACE_EF`), and
+    the graph walked."""
+    kb = cell[1].shape[1]
+    w = max(PLACE_EF, 2 * kb)
+    starts = tree_starts(Xc, mo, PLACE_TREES + (seed,))
+    search = CellSearch(Xc[:mo], cell, dict(settings, ef=w), c)
+    return search.local(Xc[mo:], w, starts=starts), search.graph
 
 
 def locality_order(Xc, seed, leaf: int = 256):
@@ -266,7 +279,7 @@ def _widen(Xc, lists, settings, rng, sample=200):
         wide[2][:, :ids.shape[1]] = 1  # joined again with the new entries
         seed = int(rng.integers(2 ** 31))
         random_init(Xc, wide, 0, seed)
-        descent(Xc, wide, (2 * w, 50, 0.001, seed, 0))
+        descent(Xc, wide, (2 * w, 50, 0.001, seed))
         ids, d2, flags = wide
 
 

@@ -12,6 +12,7 @@ import numpy as np
 from numba import njit
 
 from .cells import keep_smallest, nearest_centres
+from .descent import rp_leaves
 
 #: how far (in squared distance, times the k-th so far) a probe's walk may go: it starts at
 #: rows near the boundary, which may lie farther than the neighbours it looks for
@@ -62,11 +63,14 @@ class CellSearch:
         ids, d2 = self.local(Q, kq + 1, bound, src)
         return _global(self.rows, ids, d2, query_rows, kq)
 
-    def local(self, Q, kq, bound=None, src=None):
+    def local(self, Q, kq, bound=None, src=None, starts=None):
         """The ``kq`` nearest cell rows of ``Q`` as local ids (positions in the cell) and squared
-        distances, nearest first; ``bound`` and ``src`` as for :meth:`query`."""
+        distances, nearest first; ``bound`` and ``src`` as for :meth:`query`; ``starts``: the
+        walks' first rows (q × s local ids), when known better than from the entries."""
         q = len(Q)
         Q = np.ascontiguousarray(Q, dtype=np.float32)
+        if starts is not None:
+            return self._walk(Q, np.ascontiguousarray(starts, np.int32), kq, bound)
         if src is not None:
             src = np.asarray(src)
         elif self.centres is None:
@@ -78,6 +82,10 @@ class CellSearch:
             sel = np.flatnonzero(src == a)
             pick, E, E_sq = self.entries(int(a))
             starts[sel] = pick[nearest_entries(E, E_sq, Q[sel], starts.shape[1])]
+        return self._walk(Q, starts, kq, bound)
+
+    def _walk(self, Q, starts, kq, bound):
+        q = len(Q)
         ids = np.empty((q, kq), np.int32)
         d2 = np.empty((q, kq), np.float32)
         far = np.full(q, np.inf, np.float32) if bound is None else \
@@ -251,3 +259,40 @@ def _smallest(D, out):
             f = keep_smallest(best, out[i], f, D[i, j], j)
         for t in range(f, s):
             out[i, t] = out[i, 0]
+
+
+def tree_starts(X, first, params):
+    """Where the walks of rows ``first..m-1`` of ``X`` (rows joining a built cell of ``first``
+    rows) start: per joining row, the ``s`` nearest built rows among those sharing its leaf in
+    each of ``trees`` random-projection trees over all rows; ``params = (trees, leaf, s,
+    seed)``.  (m - first) × (trees · s) local ids, a random built row where a leaf holds too
+    few.  A 97 000-row cell joined by 9 758 rows: the walk (ef 24) finds 0.984 of the 10
+    nearest from these starts, 0.920 from the nearest of 1 024 random rows."""
+    trees, leaf, s, seed = params
+    out = np.full((len(X) - first, trees * s), -1, np.int32)
+    for t in range(trees):
+        order, bounds = rp_leaves(X, leaf, seed + t)
+        _leaf_nearest(X, first, (order, bounds), out[:, t * s:(t + 1) * s])
+    short = out < 0
+    out[short] = np.random.default_rng(seed).integers(0, first, int(short.sum()))
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _leaf_nearest(X, first, leaves, out):
+    """Per row ``r >= first`` of a leaf, its nearest rows ``< first`` of the same leaf into
+    ``out[r - first]`` (ascending; -1 where the leaf holds fewer)."""
+    order, bounds = leaves
+    s = out.shape[1]
+    bd = np.empty(s, np.float32)
+    for i in range(bounds.shape[0] - 1):
+        for a in range(bounds[i], bounds[i + 1]):
+            r = order[a]
+            if r < first:
+                continue
+            o = out[r - first]
+            f = 0
+            for b in range(bounds[i], bounds[i + 1]):
+                u = order[b]
+                if u < first:
+                    f = keep_smallest(bd, o, f, _d2q(X[r], X, u), u)
