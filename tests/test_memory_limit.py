@@ -140,3 +140,41 @@ def test_slk_graph_is_counted_and_a_reference_sample_lowers_it(tmp_path):
     assert not work.exists() or not any(work.iterdir())  # stopped before the cache pass
     m = streamclust.fit(X, "slk", 3, reference_rows=4000, **kw)
     assert len(m.train_z_) == 4000 and nmi(y, m.labels_) >= 0.9
+
+
+def test_infex_later_rounds_keep_the_master_within_the_budget():
+    """KVQ adds columns every round (142 on these rows without a limit).  With a budget that
+    holds a master of 60 columns (counted by hand: the process, a batch, the coreset, then the
+    master) the fit keeps the best new columns that fit, stops when none does, and says why."""
+    from streamclust_infex.algorithm import master_bytes
+    X, _ = make_blobs(n=4000, k=3, d=4, seed=2)
+    kw = dict(objective="kvq", coreset_size=2000, starts=40, progress=False, max_epochs=60)
+    free = streamclust.fit(X, "infex", **kw)
+    columns = [h["exemplars"] + h["added"] for h in free.history]
+    assert max(columns) > 100 and free.algorithm_.certified_
+    limit = BASELINE + batch_bytes(4000, 4) + 2000 * (8 * 4 + 16) + master_bytes(2000, 60)
+    m = streamclust.fit(X, "infex", memory_limit=limit, **kw)
+    columns = [h["exemplars"] + h["added"] for h in m.history]
+    assert max(columns) == 60 and m.history[-1]["added"] == 0
+    assert m.algorithm_.stopped_.startswith("memory_limit: the master held 60 columns")
+    assert not m.algorithm_.certified_ and m.n_clusters >= 3
+    # the rounds before the budget bound it are those of the free fit
+    assert [h["exemplars"] for h in m.history[:10]] == [h["exemplars"] for h in free.history[:10]]
+
+
+def test_a_csv_of_unknown_length_is_checked_once_its_rows_are_counted(tmp_path):
+    """A CSV's rows are known only after the cache pass: INFEX without a coreset (its master on
+    all 1 000 rows, the rows as columns: 8 · (5 · 1000² + 1000 · 4) bytes) is refused then,
+    before its first pass."""
+    from streamclust_infex.algorithm import master_bytes
+    path = str(tmp_path / "a.csv")
+    np.savetxt(path, np.random.default_rng(0).normal(size=(1000, 4)), delimiter=",",
+               header="a,b,c,d", comments="")
+    limit = BASELINE + batch_bytes(1000, 4) + master_bytes(1000, 1000, 4) - (1 << 20)
+    with pytest.raises(ParameterError, match="INFEX's master on 1000 rows × 1000 columns"):
+        streamclust.fit(path, "infex", init="rows", bandwidth=1.0, memory_limit=limit,
+                        progress=False, max_epochs=1, work_dir=str(tmp_path / "w"))
+    assert os.path.exists(tmp_path / "w" / "features.f32")  # counted by the cache pass
+    m = streamclust.fit(path, "infex", init="rows", bandwidth=1.0, memory_limit=limit + (2 << 20),
+                        progress=False, max_epochs=1)
+    assert m.n_clusters >= 1

@@ -36,6 +36,8 @@ Choices where the paper is silent:
 """
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 from streamclust import Algorithm, Assignment, EpochReport, Param, Requirements
@@ -44,6 +46,8 @@ from streamclust.toolkit import (NON_NEGATIVE, POSITIVE, ParameterError, at_leas
 
 from . import kernels as kn
 from . import master as ms
+
+log = logging.getLogger("streamclust.infex")
 
 
 def _score_step(batch, _state, params):
@@ -56,6 +60,21 @@ def _score_step(batch, _state, params):
     with np.errstate(invalid="ignore", divide="ignore"):
         lg = top + np.log(np.exp(L - np.where(np.isfinite(top), top, 0.0)[:, None]).sum(axis=1))
     return np.array([float(lg.sum()), float(np.exp(lg.min())), float(len(lg))])
+
+
+def master_bytes(m: int, R: int, d: int = 0) -> int:
+    """The master on ``m`` rows and ``R`` columns: the rows' log-responses, their scaled copy
+    and the Newton step's weighted copy (3 m R float64), the Hessian and the QP's (2 R²), and
+    with ``d`` the rows themselves (a master without coreset copies them)."""
+    return 8 * (3 * m * R + 2 * R * R + m * d)
+
+
+def most_columns(m: int, d: int, budget: int) -> int:
+    """The most columns a master on ``m`` rows holds within ``budget`` bytes."""
+    left = budget / 8 - m * d
+    if left <= 0:
+        return 0
+    return int((-3 * m + np.sqrt(9.0 * m * m + 8.0 * left)) / 4)
 
 
 def _merge_score(a, b):
@@ -104,17 +123,17 @@ class INFEX(Algorithm):
         return Requirements(coreset=self.hyper["coreset_size"])
 
     def memory(self, n_rows, n_features):
-        """The master's first round: log-responses of m master rows to R columns, the scaled
-        copy and the Newton step's weighted copy (3 m R), the Hessian and the QP's (2 R²);
-        R = m when the rows start as columns, else at most ``starts`` (later rounds grow with
-        the columns kept).  Measured: m = R = 4 000 held at least 551 MiB above the process in
-        its first round (stopped there; this estimate: 610 MiB)."""
+        """The master's first round (:func:`master_bytes`): R = m columns when the rows start
+        as columns, else at most ``starts``; later rounds add columns only while the master
+        stays within ``ctx.memory_budget``.  ``n_rows`` 0 (a CSV without a coreset: not known
+        before the cache pass): counted when the engine checks again after it.  Measured: m =
+        R = 4 000 held at least 551 MiB above the process in its first round (stopped there;
+        this estimate: 610 MiB)."""
         h = self.hyper
         m = min(h["coreset_size"] or min(n_rows, h["max_master_rows"]), n_rows)
         R = m if self._init() == "rows" else min(h["starts"], m)
-        rows = 0 if h["coreset_size"] else m * n_features * 8  # a coreset is the engine's
         what = "coreset_size" if h["coreset_size"] else "the rows (set coreset_size)"
-        return [(3 * m * R * 8 + 2 * R * R * 8 + rows,
+        return [(master_bytes(m, R, 0 if h["coreset_size"] else n_features),
                  f"INFEX's master on {m} rows × {R} columns", what)]
 
     def _init(self) -> str:
@@ -155,6 +174,7 @@ class INFEX(Algorithm):
         self._q = np.zeros(0)
         init = self._init()
         self._round, self._certified, self._delta, self._solved = 0, False, np.inf, False
+        self._full = False  # the master reached the columns memory_budget allows
         self._objs, self.shift_steps_ = [], 0  # ρ (or the objective) per round; the last climb's steps
         if init == "rows":
             self._Z = self._X.astype(np.float64)
@@ -275,15 +295,28 @@ class INFEX(Algorithm):
             self._certified = len(self._objs) > p and self._objs[-1] <= self._objs[-1 - p] + 1e-12
         if self._certified:
             added = added[:0]
-        self._solved = self._certified
+        elif len(added):  # the best first: only as many as the next master can hold
+            room = self._room(ctx) - len(self._Z)
+            if room < len(added):
+                log.warning("infex: round %d: %d of %d new columns kept, the most a master of "
+                            "%d rows holds within memory_budget %.0f MiB", self._round,
+                            max(room, 0), len(added), len(self._X), ctx.memory_budget / 2**20)
+                added = added[:max(room, 0)]
+                self._full = not len(added)
+        self._solved = self._certified or self._full
         if len(added):
             self._Z = np.vstack([self._Z, added])
             self._q = np.concatenate([self._q, np.zeros(len(added))])
         extras = {"gap": sol.gap, "added": int(len(added)), "exemplars": int(keep.sum()),
                   "max_reduced_cost": best, "master_iterations": sol.iterations,
                   "shift_steps": self.shift_steps_, "bandwidth": self.kernel_.h}
-        return EpochReport(objective=sol.objective, rows=len(self._X), converged=self._certified,
-                           extras=extras)
+        return EpochReport(objective=sol.objective, rows=len(self._X),
+                           converged=self._certified or self._full, extras=extras)
+
+    def _room(self, ctx) -> int:
+        """The most columns the master holds within ``ctx.memory_budget``."""
+        d = 0 if self.hyper["coreset_size"] else self._X.shape[1]
+        return most_columns(len(self._X), d, ctx.memory_budget)
 
     def checkpoint(self) -> dict:
         return {"Z": self._Z, "q": self._q, "bandwidth": self.kernel_.h, "round": self._round,
@@ -295,7 +328,7 @@ class INFEX(Algorithm):
         self.kernel_ = kn.Kernel(kn.KINDS[self.hyper["kernel"]], float(state["bandwidth"]))
         self._Z, self._q = np.array(state["Z"], np.float64), np.array(state["q"], np.float64)
         self._round, self._certified = int(state["round"]), bool(state["certified"])
-        self._delta, self._solved = float(state["delta"]), False
+        self._delta, self._solved, self._full = float(state["delta"]), False, False
         self._objs = [float(v) for v in np.asarray(state["objs"])]
         self.shift_steps_ = 0
 
@@ -316,6 +349,9 @@ class INFEX(Algorithm):
                           merge=_merge_score)
         self.full_objective_ = float(s[0] / s[2]) if self.hyper["objective"] == "loglik" else float(s[1])
         self.stopped_ = ("certificate: largest reduced cost ≤ epsilon" if self._certified else
+                         f"memory_limit: the master held {len(self._Z)} columns, the most "
+                         f"memory_budget allows, with a reduced cost of {self._delta:.3e} > "
+                         "epsilon (raise memory_limit or lower coreset_size)" if self._full else
                          f"max_epochs reached with a reduced cost of {self._delta:.3e} > epsilon")
 
     # -- prediction ---------------------------------------------------------------------------

@@ -31,11 +31,13 @@ class Context:
     * ``knn`` / ``knn_index()``: the kNN graph and its hnswlib index by cells, when the algorithm
       declared ``Requirements.knn``;
     * ``rng(*stream)``: a NumPy generator fixed by the run's seed and the stream key;
-    * ``passes``: the passes over the data run so far (both kinds, summaries included).
+    * ``passes``: the passes over the data run so far (both kinds, summaries included);
+    * ``memory_budget``: bytes of ``memory_limit`` the algorithm may hold beyond the process, a
+      batch and its declared sample or coreset (what grows during a fit should stay in it).
     """
 
     def __init__(self, cache: FeatureCache, work_dir: str, executor, n_clusters: int, seed: int,
-                 batch_size: int, progress: bool = False, knn=None):
+                 batch_size: int, progress: bool = False, knn=None, memory_budget: int | None = None):
         self.data = cache
         self.work_dir = work_dir
         self.executor = executor
@@ -52,6 +54,10 @@ class Context:
         self._samples = {}
         self._declared = {"coreset": 0, "sample": 0}
         self.knn = knn
+        if memory_budget is None:
+            from ..base.memory import BASELINE, batch_bytes, budget
+            memory_budget = budget(None) - BASELINE - batch_bytes(batch_size, cache.n_features)
+        self.memory_budget = int(memory_budget)
 
     def knn_index(self):
         """The graph's hnswlib cells as one :class:`streamclust.toolkit.KNNIndex` (in memory)."""

@@ -136,8 +136,11 @@ def _prepare(algo, d, work_dir, executor, opts) -> _State:
     if req.knn:
         graph, info["knn"] = _graph(cache, req, work_dir, executor, algo.seed, opts["batch_size"],
                                     show, opts["knn_options"])
+    # the rows are known now (a CSV's only after the cache pass): what the algorithm may hold
+    left = _algorithm_parts(algo, opts["memory_limit"], min(opts["batch_size"], cache.n_rows),
+                            cache.n_features, cache.n_rows)
     ctx = Context(cache, work_dir, executor, algo.n_clusters, algo.seed, opts["batch_size"],
-                  progress=show, knn=graph)
+                  progress=show, knn=graph, memory_budget=left)
     ctx.prepare(coreset=req.coreset, sample=req.sample)
     if req.coreset or req.sample:
         info["summaries"] = {"coreset": req.coreset, "sample": req.sample, "passes": ctx.passes}
@@ -274,8 +277,8 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
     d = _open(data, algo, features, exclude, on_invalid)
     log.info("%s: %s", d.source.name, describe_features(d.spec, d.left_out))
     rows = d.n_rows  # a batch never holds more rows than the data (None: not known up front)
-    knn_options = _budget(memory_limit, algo, d.n_features,
-                          min(batch_size, rows) if rows else batch_size, knn_options, rows)
+    knn_options, limit = _budget(memory_limit, algo, d.n_features,
+                                 min(batch_size, rows) if rows else batch_size, knn_options, rows)
     executor = _executor(executor, client)
     if resume and (work_dir is None or not algo.can_resume()):
         raise ParameterError("resume needs the work_dir of the interrupted run" if work_dir is None
@@ -286,7 +289,7 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
         stack.enter_context(limit_blas(blas_threads))
         st = _prepare(algo, d, work_dir, executor, {"show": _progress_enabled(progress), "owned": owned,
                                                     "batch_size": batch_size, "knn_options": knn_options,
-                                                    "scale": scale})
+                                                    "scale": scale, "memory_limit": limit})
         log.info("fitting %s (k=%s, seed %d, executor %s)", algo.name, algo.n_clusters, seed,
                  getattr(executor, "name", type(executor).__name__))
         first = _begin(st, resume)
@@ -297,14 +300,13 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
 def _budget(memory_limit, algo, n_features, batch_size, knn_options, rows=None):
     """The memory budget checked before any pass: one batch; beside it the declared sample or
     coreset and what the algorithm holds (``Algorithm.memory``); the kNN graph's cells when
-    the algorithm needs one (built before the algorithm starts); the graph's options."""
-    from ..base.memory import budget, check_batches, check_parts, summary_parts
+    the algorithm needs one (built before the algorithm starts).  Returns the graph's options
+    and the limit in bytes."""
+    from ..base.memory import budget, check_batches
     limit = budget(memory_limit)
     check_batches(limit, batch_size, n_features)
     req = algo.requirements()
-    check_parts(limit, batch_size, n_features,
-                summary_parts(req.sample, req.coreset, rows, n_features)
-                + list(algo.memory(rows or max(req.sample, req.coreset), n_features)))
+    _algorithm_parts(algo, limit, batch_size, n_features, rows)
     k = req.knn
     opts = dict(knn_options or {})
     if k:
@@ -315,7 +317,19 @@ def _budget(memory_limit, algo, n_features, batch_size, knn_options, rows=None):
         fit_cells(opts["memory_limit"], int(opts.get("cell_rows", 50_000)),
                   n_threads(opts.get("threads", -1)), n_features, int(opts.get("degree", 0)), k,
                   batch_size, int(opts.get("max_candidates", 0)))
-    return opts
+    return opts, limit
+
+
+def _algorithm_parts(algo, limit, batch_size, n_features, rows):
+    """The declared sample or coreset and what the algorithm holds, checked against ``limit``
+    beside the process and a batch (``rows``: the data's, when known); returns the bytes left
+    for the algorithm beyond them (``Context.memory_budget``)."""
+    from ..base.memory import BASELINE, batch_bytes, check_parts, summary_parts
+    req = algo.requirements()
+    summaries = summary_parts(req.sample, req.coreset, rows, n_features)
+    check_parts(limit, batch_size, n_features,
+                summaries + list(algo.memory(rows or max(req.sample, req.coreset), n_features)))
+    return limit - BASELINE - batch_bytes(batch_size, n_features) - sum(int(p[0]) for p in summaries)
 
 
 def _progress_enabled(progress) -> bool:
