@@ -257,3 +257,13 @@ def test_a_killed_worker_costs_the_fit_nothing(tmp_path_factory, algorithm, tria
     want = reference.predict(X.astype(np.float32))
     from streamclust.toolkit import nmi  # NCutEmb's SGD shares too: their number is fixed
     assert nmi(want, got) > 0.999, "labels differ from the uninterrupted fit"  # at the start
+
+
+def test_worker_memory_is_what_the_workers_say_of_themselves(dask_executor):
+    """The budget sizes each worker's batches and cells from its Dask memory limit: the
+    executor reports each worker's, as the worker itself knows it."""
+    own = dask_executor.client.run(lambda dask_worker: (dask_worker.memory_manager.memory_limit or 0,
+                                                        dask_worker.state.nthreads))
+    got = dask_executor.worker_memory()
+    assert [(a, b, t) for a, b, t in got] == [(a, int(own[a][0]), own[a][1]) for a in sorted(own)]
+    assert len(got) == 2

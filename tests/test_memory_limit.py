@@ -178,3 +178,47 @@ def test_a_csv_of_unknown_length_is_checked_once_its_rows_are_counted(tmp_path):
     m = streamclust.fit(path, "infex", init="rows", bandwidth=1.0, memory_limit=limit + (2 << 20),
                         progress=False, max_epochs=1)
     assert m.n_clusters >= 1
+
+
+class _Workers:
+    """A distributed executor as far as the budget sees one: its workers' memory and threads
+    (the fit must stop before it runs anything on it)."""
+    distributed = True
+    name = "fake"
+
+    def __init__(self, workers):
+        self.workers = workers
+
+    def worker_memory(self):
+        return self.workers
+
+    def parallelism(self):
+        return sum(t for _, _, t in self.workers)
+
+    def __getattr__(self, name):
+        raise AssertionError(f"the budget check let the fit use the executor ({name})")
+
+
+def test_dask_workers_batches_and_cells_are_checked_against_their_own_memory(tmp_path):
+    """memory_limit holds on each worker too, or the worker's own Dask limit when lower: a
+    worker with 2 threads holds 2 batches and builds 2 cells at once (counted by hand)."""
+    from streamclust.graph.knn import fit_cells
+    X = np.random.default_rng(0).normal(size=(2000, 64)).astype(np.float32)
+    work = str(tmp_path / "w")
+    small = BASELINE + 2 * batch_bytes(2000, 64) - (1 << 20)  # not two batches of 2000 rows
+    ex = _Workers([("tcp://a:1", 8 * 2**30, 1), ("tcp://b:2", small, 2)])
+    with pytest.raises(ParameterError, match=r"too small for Dask worker tcp://b:2: the process "
+                                             r"and 2 batch\(es\) of 2000 rows × 64"):
+        streamclust.fit(X, "dgmm", 3, executor=ex, memory_limit="4GB", work_dir=work,
+                        progress=False)
+    assert not os.path.exists(os.path.join(work, "features.f32"))
+    # cells: the worker's budget after the process and a batch, for its 2 threads' cells
+    per_row = 2 * 2 * cell_row_bytes(64, 12, 20)
+    lim = BASELINE + batch_bytes(1000, 64) + 30_000 * per_row
+    rows = fit_cells("4GB", 50_000, 4, 64, 0, 10, 1000, 0, [("tcp://b:2", lim, 2)])
+    assert rows == 30_000
+    assert fit_cells("4GB", 50_000, 4, 64, 0, 10, 1000, 0, [("tcp://b:2", 0, 2)]) == 50_000
+    with pytest.raises(ParameterError, match="too small for the kNN graph on Dask worker tcp://b:2"):
+        streamclust.knn_graph(X, 10, work_dir=work, batch_size=1000, memory_limit="4GB",
+                              executor=_Workers([("tcp://b:2", lim - 29_500 * per_row, 2)]))
+    assert not os.path.exists(os.path.join(work, "features.f32"))

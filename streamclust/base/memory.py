@@ -104,3 +104,24 @@ def check_parts(limit: int, batch_size: int, n_features: int, parts: list) -> No
         raise ParameterError(
             f"memory_limit {mib(limit)} is too small: the process, one batch and {what} "
             f"({mib(size)}) need about {mib(need)}; raise memory_limit or lower {param}")
+
+
+def worker_budgets(limit: int, workers) -> list:
+    """``(where, bytes, threads)`` per process that runs a fit's tasks: for a distributed
+    executor's ``workers`` (``(address, memory limit or 0, threads)``) ``limit`` or the
+    worker's own memory limit when lower (Dask pauses and restarts a worker beyond its own)."""
+    return [(f"Dask worker {a}", min(limit, int(b)) if b else limit, max(1, int(t)))
+            for a, b, t in workers]
+
+
+def check_worker_batches(limit: int, workers, batch_size: int, n_features: int) -> None:
+    """One line when a worker cannot hold the process and a batch per thread (each of its
+    threads runs a task, a task one batch at a time)."""
+    for where, lim, t in worker_budgets(limit, workers):
+        need = BASELINE + t * batch_bytes(batch_size, n_features)
+        if need > lim:
+            raise ParameterError(
+                f"memory_limit {mib(lim)} is too small for {where}: the process and {t} "
+                f"batch(es) of {batch_size} rows × {n_features} features (one a thread) need "
+                f"about {mib(need)}; lower batch_size, or raise memory_limit and the workers' "
+                "memory")

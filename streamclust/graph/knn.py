@@ -35,7 +35,7 @@ import numpy as np
 from ..base.atomic import atomic_json, atomic_save_npy
 from ..data.cache import FeatureCache
 from ..errors import DataError, ParameterError
-from ..base.memory import budget, cell_row_bytes, check_batches, mib
+from ..base.memory import budget, cell_row_bytes, check_batches, mib, worker_budgets
 from ..base.threads import limit_blas, n_threads
 from .build import extend_build, full_build
 from .cells import remove_scratch
@@ -140,19 +140,30 @@ def list_length(degree: int, k: int) -> int:
 
 
 def fit_cells(memory_limit, cell_rows: int, threads: int, dim: int, degree: int, k: int,
-              batch_size: int, max_candidates: int = 0) -> int:
+              batch_size: int, max_candidates: int = 0, workers=()) -> int:
     """``cell_rows``, lowered until ``threads`` cells being built at once (a cell may reach
     twice the average) fit in ``memory_limit`` beside the process and a batch; a one-line error
-    when not even cells of 1 000 rows do."""
+    when not even cells of 1 000 rows do.  ``workers`` (a distributed executor's
+    :meth:`~streamclust.run.dask_executor.DaskExecutor.worker_memory`): the cells are built
+    there, each worker's threads at once within its budget (:func:`worker_budgets`)."""
     limit = budget(memory_limit)
-    left = check_batches(limit, batch_size, dim)
-    per_row = 2 * threads * cell_row_bytes(dim, list_length(degree, k), 2 * k, max_candidates)
-    if left < 1000 * per_row:
-        raise ParameterError(
-            f"memory_limit {mib(limit)} is too small for the kNN graph: {threads} cells of 1000 "
-            f"rows × {dim} features being built at once need {mib(1000 * per_row)} beside the "
-            f"process and a batch ({mib(limit - left)}); raise memory_limit or lower batch_size")
-    return int(min(cell_rows, left // per_row))
+    places = worker_budgets(limit, workers) if workers else [("", limit, threads)]
+    for where, lim, t in places:
+        left = check_batches(lim, batch_size, dim)
+        per_row = 2 * t * cell_row_bytes(dim, list_length(degree, k), 2 * k, max_candidates)
+        if left < 1000 * per_row:
+            raise ParameterError(
+                f"memory_limit {mib(lim)} is too small for the kNN graph{' on ' if where else ''}"
+                f"{where}: {t} cells of 1000 rows × {dim} features being built at once need "
+                f"{mib(1000 * per_row)} beside the process and a batch ({mib(lim - left)}); "
+                "raise memory_limit or lower batch_size")
+        cell_rows = min(cell_rows, left // per_row)
+    return int(cell_rows)
+
+
+def _workers(executor) -> list:
+    """A distributed executor's workers with their memory (where the cells are built)."""
+    return executor.worker_memory() if getattr(executor, "distributed", False) else []
 
 
 def check_reference(k: int, reference) -> None:
@@ -196,7 +207,7 @@ def _settings(cache, n_neighbors, options, executor, batch_size):
     degree = list_length(o["degree"], k)
     mc = int(o["max_candidates"]) or 2 * degree
     cell_rows = fit_cells(o["memory_limit"], o["cell_rows"], n_threads(threads), dim, degree,
-                          k, min(batch_size, n), mc)
+                          k, min(batch_size, n), mc, _workers(executor))
     return {"n_features": dim, "k": k, "degree": degree, "max_candidates": mc,
             "entries": int(o["entries"]), "M": int(o["M"]),
             "ef_construction": int(o["ef_construction"]), "ef": query_ef(o["ef"], k),
@@ -328,7 +339,7 @@ def knn_graph(data, n_neighbors: int = 5, *, features=None, exclude=None, work_d
         fit_cells(options.get("memory_limit"), options.get("cell_rows", 50_000),
                   n_threads(options.get("threads", -1)), d.n_features, options.get("degree", 0),
                   n_neighbors, min(batch_size, d.n_rows) if d.n_rows else batch_size,
-                  options.get("max_candidates", 0))
+                  options.get("max_candidates", 0), _workers(options.get("executor")))
     owned = work_dir is None
     work_dir = tempfile.mkdtemp(prefix="streamclust-knn-") if owned else work_dir
     try:  # made here (atomically: of two runs at once, one makes it), or there already

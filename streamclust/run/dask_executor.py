@@ -156,6 +156,12 @@ class DaskExecutor:
         """The workers' threads in total (tasks that can run at once)."""
         return max(1, sum(int(w.get("nthreads", 1)) for w in self._workers().values()))
 
+    def worker_memory(self) -> list:
+        """``(address, memory limit in bytes or 0 for none, threads)`` of each worker, as the
+        scheduler knows them now (``memory_limit`` sizes what each may hold)."""
+        return [(a, int(w.get("memory_limit") or 0), int(w.get("nthreads", 1)))
+                for a, w in sorted(self._workers().items())]
+
     def shares(self) -> dict:
         """Numba threads per worker address: ``numba_threads`` if given, else the cores of the
         worker's machine divided by the worker threads on that machine (recomputed when the

@@ -280,6 +280,9 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
     knn_options, limit = _budget(memory_limit, algo, d.n_features,
                                  min(batch_size, rows) if rows else batch_size, knn_options, rows)
     executor = _executor(executor, client)
+    if getattr(executor, "distributed", False):  # its workers' batches and graph cells
+        _worker_budget(executor, limit, algo, d.n_features,
+                       min(batch_size, rows) if rows else batch_size, knn_options)
     if resume and (work_dir is None or not algo.can_resume()):
         raise ParameterError("resume needs the work_dir of the interrupted run" if work_dir is None
                              else f"algorithm '{algorithm}' cannot resume (it writes no checkpoints)")
@@ -318,6 +321,21 @@ def _budget(memory_limit, algo, n_features, batch_size, knn_options, rows=None):
                   n_threads(opts.get("threads", -1)), n_features, int(opts.get("degree", 0)), k,
                   batch_size, int(opts.get("max_candidates", 0)))
     return opts, limit
+
+
+def _worker_budget(executor, limit, algo, n_features, batch_size, knn_options):
+    """On a distributed executor the passes' tasks and the graph's cells run on the workers:
+    each must hold a batch a thread and, with a graph, its threads' cells."""
+    from ..base.memory import check_worker_batches
+    workers = executor.worker_memory()
+    check_worker_batches(limit, workers, batch_size, n_features)
+    k = algo.requirements().knn
+    if k:
+        from ..graph.knn import fit_cells
+        opts = knn_options
+        fit_cells(opts.get("memory_limit", limit), int(opts.get("cell_rows", 50_000)), 1,
+                  n_features, int(opts.get("degree", 0)), k, batch_size,
+                  int(opts.get("max_candidates", 0)), workers)
 
 
 def _algorithm_parts(algo, limit, batch_size, n_features, rows):
