@@ -95,6 +95,7 @@ def test_appending_files_extends_the_graph(tmp_path, files, min_recall_old):
     opts = dict(work_dir=work, features="embedding", cell_rows=500, threads=2, batch_size=256)
     g1 = streamclust.knn_graph(data, 5, **opts)
     n1 = len(g1.ids)
+    old_ids, old_dist = np.array(g1.ids), np.array(g1.distances)
     assert g1.status == "built" and n1 == 3000 - 3000 // files
     cells = [f for f in os.listdir(os.path.join(work, "knn")) if f.endswith(".bin")]
     os.rename(str(tmp_path / "held-back.parquet"), os.path.join(data, later))  # sorts last
@@ -107,8 +108,12 @@ def test_appending_files_extends_the_graph(tmp_path, files, min_recall_old):
     own = np.linalg.norm(X[:, None, :] - X[g2.ids], axis=2)
     np.testing.assert_allclose(g2.distances, own, rtol=1e-4, atol=1e-4)
     assert (np.diff(g2.distances, axis=1) >= 0).all()
-    # old rows whose neighbours are now new rows were updated
+    # old rows whose neighbours are now new rows were updated; the others keep their lists
+    # and distances as they were
     assert (np.asarray(g2.ids[:n1]) >= n1).any(1).mean() > 0.05
+    same = (np.asarray(g2.ids[:n1]) == old_ids).all(1)
+    assert same.mean() > 0.1
+    np.testing.assert_array_equal(np.asarray(g2.distances[:n1])[same], old_dist[same])
     g3 = streamclust.knn_graph(data, 5, **opts)
     assert g3.status == "reused"
     np.testing.assert_array_equal(g3.ids, g2.ids)

@@ -72,7 +72,9 @@ def _search_cells(ctx, lists_out, first, assigned, start, stop, kq):
     into ``lists_out`` (rows offset by ``first``) in cell order."""
     X, d, centres, bs = ctx["X"], ctx["directory"], ctx["centres"], ctx["batch_size"]
     ids, d2 = lists_out
-    kr = min(kq, ctx["settings"]["degree"])  # the own cells filled this many columns
+    # the boundaries a row is searched across lie within its k-th neighbour's distance so far
+    # (an extension keeps 2k answers for the reverse edges; the test is the full build's)
+    kr = min(kq, ctx["settings"]["degree"], ctx["settings"]["k"])
     radius = lambda s, e: np.sqrt(d2[s - first:e - first, kr - 1])  # noqa: E731
     rng = np.random.default_rng([ctx["settings"]["seed"], start, 0x726174])
     sample = np.sort(rng.choice(np.arange(start, stop), min(stop - start, 2000), replace=False))
@@ -173,34 +175,42 @@ def extend_build(ctx, out, old_graph, n_old, old_counts):
     t1 = time.perf_counter()
     ctx["probed"] = _search_cells(ctx, new, n_old, assigned, n_old, n, kq)
     t2 = time.perf_counter()
-    ids, d2 = _lists(*out, (n, k), fill=False)  # old rows copied, new rows' lists below
+    # old rows copied as they are (distances, not squared: the merges below only compare, so
+    # they take the new candidates' roots, and an old row no new row reaches keeps its bits)
+    ids, d2 = _lists(*out, (n, k), fill=False)
     for s in range(0, n_old, bs):
         e = min(n_old, s + bs)
-        ids[s:e], d2[s:e] = old_graph[0][s:e], np.square(old_graph[1][s:e])
+        ids[s:e], d2[s:e] = old_graph[0][s:e], old_graph[1][s:e]
     for c in grown:  # old rows of a grown cell: their lists in it, improved by the new rows
         r_ids, r_d2, r_rows = read_result(d, "own", c)
         for a, b in _chunks(0, len(r_rows), bs):
             rows = np.array(r_rows[a:b])
             old = rows < n_old
             insert_rows((np.asarray(ids), np.asarray(d2)), rows[old],
-                        (np.asarray(r_ids[a:b])[old], np.asarray(r_d2[a:b])[old]))
+                        (np.asarray(r_ids[a:b])[old], _root(r_d2[a:b])[old]))
     reference = ctx["settings"].get("reference_rows", 0)
     if not reference:  # with reference rows new rows are not indexed: old rows keep their lists
-        reverse_edges((np.asarray(ids), np.asarray(d2)), (np.asarray(new[0]), np.asarray(new[1])),
+        reverse_edges((np.asarray(ids), np.asarray(d2)), (np.asarray(new[0]), _root(new[1])),
                       n_old, n_old)
     for s in range(0, n - n_old, bs):
         e = min(n - n_old, s + bs)
-        ids[n_old + s:n_old + e], d2[n_old + s:n_old + e] = new[0][s:e, :k], new[1][s:e, :k]
+        ids[n_old + s:n_old + e], d2[n_old + s:n_old + e] = new[0][s:e, :k], _root(new[1][s:e, :k])
     del new
-    _finish((ids, d2))
+    ids.flush()
+    d2.flush()
     log.debug("kNN graph extended by %d rows: cells %.1f s, searches in other cells %.1f s, "
               "old rows' lists %.1f s", n - n_old, t1 - t0, t2 - t1, time.perf_counter() - t2)
     return counts
 
 
+def _root(d2):
+    """Distances from squared distances (float32; a rounding below 0 is 0)."""
+    return np.sqrt(np.maximum(np.asarray(d2, np.float32), 0))
+
+
 def _finish(lists):
     ids, d2 = lists
     for s in range(0, len(d2), 65536):
-        d2[s:s + 65536] = np.sqrt(np.maximum(d2[s:s + 65536], 0))
+        d2[s:s + 65536] = _root(d2[s:s + 65536])
     ids.flush()
     d2.flush()
