@@ -14,7 +14,7 @@ import numpy as np
 from ..base.atomic import atomic_path
 from ..errors import DataError
 from .cells import bound_path
-from .walk import CellSearch, tree_starts
+from .walk import CellSearch, search_graph, tree_starts
 
 log = logging.getLogger("streamclust")
 
@@ -182,9 +182,12 @@ def build_cell(source, directory, c, lists, settings, batch_size, kq, extend=Fal
     seed = int(rng.integers(2 ** 31))
     if mo and m > mo:  # rows joining a built cell keep its width (widening joins all again)
         found, graph = _place(Xc, mo, (old_rows, old_ids, old_d2), settings, c, seed)
+        near = PLACE_JOIN[1]
+        if m - mo > WIDE_JOIN * mo:  # many join: old rows' lists change more, reach further
+            graph, near = search_graph(old_ids, kb), 2 * kb
         ids[mo:], d2[mo:] = found[0][:, :kb], found[1][:, :kb]
         random_init(Xc, (ids, d2, flags), mo, seed)  # where the cell has fewer rows than kb
-        join_new(Xc, (ids, d2, flags), mo, found, graph, PLACE_JOIN)
+        join_new(Xc, (ids, d2, flags), mo, found, graph, (PLACE_JOIN[0], near))
         log.debug("kNN cell %d: %d + %d rows read in %.2f s, placed and joined in %.2f s", c,
                   mo, m - mo, t1 - t0, time.perf_counter() - t1)
     elif m > 1 and not mo:
@@ -216,10 +219,15 @@ def build_cell(source, directory, c, lists, settings, batch_size, kq, extend=Fal
 #: rows joining a built cell: a walk in its graph keeping ``PLACE_EF`` rows (at least twice the
 #: list length) from the nearest built rows of the new row's leaves in ``PLACE_TREES = (trees,
 #: leaf size, starts a tree)`` random-projection trees over the cell's old and new rows, then
-#: :func:`.descent.join_new` with ``PLACE_JOIN = (cap, near)``
+#: :func:`.descent.join_new` with ``PLACE_JOIN = (cap, near)`` over the walk's graph (reverse
+#: edges capped at half the list length).  When more than ``WIDE_JOIN`` times the cell's rows
+#: join, ``near`` is twice the list length over a graph with as many reverse edges as the list
+#: is long: usps, 6 000 rows joined by 3 298, old rows' recall@10 0.982 -> 0.996 (new 0.996,
+#: 0.997), where on 1M digits + 10 % it would cost 1-1.7 s more for 0.9927 -> 0.9938
 PLACE_EF = 32
 PLACE_TREES = (2, 128, 4)
 PLACE_JOIN = (32, 8)
+WIDE_JOIN = 0.25
 
 
 def _place(Xc, mo, cell, settings, c, seed):
