@@ -83,13 +83,16 @@ class Requirements:
 
 @dataclass
 class EpochReport:
-    """What one epoch produced.  ``extras`` holds algorithm-specific numbers (JSON-able)."""
+    """What one epoch produced.  ``extras`` holds algorithm-specific numbers (JSON-able).
+    ``stop``: why the fit cannot go on although it has not converged (e.g. the memory budget);
+    the engine then ends it, ``info["converged"]`` False and ``info["stopped"]`` this."""
 
     objective: float
     converged: bool = False
     rows: int = 0
     distance_evaluations: int = 0
     extras: dict = field(default_factory=dict)
+    stop: str = ""
 
 
 @dataclass

@@ -206,11 +206,13 @@ def fit(data, algorithm, clusters, features, exclude, scale, sets, seed, batch_s
                 "rows_skipped": info["rows_skipped"], "features": list(model.feature_spec.columns),
                 "n_features": info["features"], "features_left_out": info.get("features_left_out", {}),
                 "scale": scale, "epochs": info["epochs"], "converged": info["converged"],
+                **({"stopped": info["stopped"]} if "stopped" in info else {}),
                 "objective": objective, "seconds": info["seconds"], "out": path}, True)
         return
     click.echo(f"{algorithm}: {model.n_clusters} clusters on {info['rows']} rows × {info['features']} features"
                f" ({info['rows_skipped']} skipped), {info['epochs']} epochs, "
-               f"converged={info['converged']}, "
+               f"converged={info['converged']}"
+               + (f" (stopped: {info['stopped']})" if "stopped" in info else "") + ", "
                f"objective={float('nan') if objective is None else objective:.6g}, "
                f"{info['seconds']:.2f} s -> {path}")
 

@@ -158,6 +158,8 @@ def test_infex_later_rounds_keep_the_master_within_the_budget():
     assert max(columns) == 60 and m.history[-1]["added"] == 0
     assert m.algorithm_.stopped_.startswith("memory_limit: the master held 60 columns")
     assert not m.algorithm_.certified_ and m.n_clusters >= 3
+    assert m.info["converged"] is False and m.info["stopped"].startswith("memory_limit: INFEX")
+    assert m.history[-1]["stopped"] == m.info["stopped"] and len(m.history) < 60
     # the rounds before the budget bound it are those of the free fit
     assert [h["exemplars"] for h in m.history[:10]] == [h["exemplars"] for h in free.history[:10]]
 

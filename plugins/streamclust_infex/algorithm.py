@@ -310,8 +310,10 @@ class INFEX(Algorithm):
         extras = {"gap": sol.gap, "added": int(len(added)), "exemplars": int(keep.sum()),
                   "max_reduced_cost": best, "master_iterations": sol.iterations,
                   "shift_steps": self.shift_steps_, "bandwidth": self.kernel_.h}
-        return EpochReport(objective=sol.objective, rows=len(self._X),
-                           converged=self._certified or self._full, extras=extras)
+        stop = (f"memory_limit: INFEX's master holds {len(self._Z)} columns of {len(self._X)} "
+                "rows, the most ctx.memory_budget allows" if self._full else "")
+        return EpochReport(objective=sol.objective, rows=len(self._X), converged=self._certified,
+                           extras=extras, stop=stop)
 
     def _room(self, ctx) -> int:
         """The most columns the master holds within ``ctx.memory_budget``."""

@@ -195,6 +195,8 @@ def _epoch(st: _State, epoch: int, host) -> bool:
               "seconds": time.perf_counter() - t,
               "distance_evaluations": int(rep.distance_evaluations) + ctx.distance_evaluations - before,
               "converged": bool(rep.converged), **rep.extras}
+    if rep.stop and not rep.converged:
+        record["stopped"] = str(rep.stop)
     run.history.append(record)
     log.debug("epoch %d: objective %.6g, %.3f s%s", epoch, record["objective"], record["seconds"],
               ", converged" if record["converged"] else "")
@@ -203,13 +205,15 @@ def _epoch(st: _State, epoch: int, host) -> bool:
         checkpoint.write(ctx.work_dir, st.identity, epoch + 1, run.history,
                          {"start": st.info["start"], "distance_evaluations": ctx.distance_evaluations},
                          algo.checkpoint())
-    return bool(rep.converged)
+    return bool(rep.converged) or "stopped" in record
 
 
 def _loop(st: _State, first: int, max_epochs: int, host) -> bool:
-    """Epochs ``first .. max_epochs - 1`` until one reports convergence; True if one did."""
-    if st.run.history and st.run.history[-1].get("converged"):
-        return True
+    """Epochs ``first .. max_epochs - 1`` until one reports convergence (True) or a reason to
+    stop (``EpochReport.stop``: False, the reason in the history)."""
+    last = st.run.history[-1] if st.run.history else {}
+    if last.get("converged") or last.get("stopped"):
+        return bool(last.get("converged"))
     with _bar(st.show, total=max_epochs, initial=first, unit="epoch", desc=st.algo.name) as bar:
         for epoch in range(first, max_epochs):
             check()
@@ -217,7 +221,7 @@ def _loop(st: _State, first: int, max_epochs: int, host) -> bool:
             bar.set_postfix(objective=f"{st.run.history[-1]['objective']:.6g}")
             bar.update(1)
             if done:
-                return True
+                return bool(st.run.history[-1]["converged"])
     return False
 
 
@@ -227,8 +231,11 @@ def _finish(st: _State, converged: bool, host) -> Model:
     info = dict(st.info)
     info.update(epochs=len(st.run.history), converged=converged,
                 seconds=time.perf_counter() - info.pop("t0"))
-    log.info("%s: %d clusters, %d epochs, converged=%s, %.2f s", st.algo.name, st.algo.n_clusters,
-             info["epochs"], converged, info["seconds"])
+    if st.run.history and st.run.history[-1].get("stopped"):
+        info["stopped"] = st.run.history[-1]["stopped"]
+    log.info("%s: %d clusters, %d epochs, converged=%s%s, %.2f s", st.algo.name,
+             st.algo.n_clusters, info["epochs"], converged,
+             f" (stopped: {info['stopped']})" if "stopped" in info else "", info["seconds"])
     model = Model(st.algo, st.data.spec, st.ctx.n_features, st.run.history, info,
                   scaler=st.ctx.data.scaler)
     host.hook.streamclust_run_finished(run=st.run, model=model)
