@@ -156,7 +156,7 @@ def test_infex_later_rounds_keep_the_master_within_the_budget():
     m = streamclust.fit(X, "infex", memory_limit=limit, **kw)
     columns = [h["exemplars"] + h["added"] for h in m.history]
     assert max(columns) == 60 and m.history[-1]["added"] == 0
-    assert m.algorithm_.stopped_.startswith("memory_limit: the master held 60 columns")
+    assert m.algorithm_.stopped_.startswith("memory_limit: INFEX's master holds 60 columns")
     assert not m.algorithm_.certified_ and m.n_clusters >= 3
     assert m.info["converged"] is False and m.info["stopped"].startswith("memory_limit: INFEX")
     assert m.history[-1]["stopped"] == m.info["stopped"] and len(m.history) < 60

@@ -310,10 +310,12 @@ class INFEX(Algorithm):
         extras = {"gap": sol.gap, "added": int(len(added)), "exemplars": int(keep.sum()),
                   "max_reduced_cost": best, "master_iterations": sol.iterations,
                   "shift_steps": self.shift_steps_, "bandwidth": self.kernel_.h}
-        stop = (f"memory_limit: INFEX's master holds {len(self._Z)} columns of {len(self._X)} "
-                "rows, the most ctx.memory_budget allows" if self._full else "")
         return EpochReport(objective=sol.objective, rows=len(self._X), converged=self._certified,
-                           extras=extras, stop=stop)
+                           extras=extras, stop=self._full_reason() if self._full else "")
+
+    def _full_reason(self) -> str:
+        return (f"memory_limit: INFEX's master holds {len(self._Z)} columns of {len(self._X)} "
+                "rows, the most ctx.memory_budget allows")
 
     def _room(self, ctx) -> int:
         """The most columns the master holds within ``ctx.memory_budget``."""
@@ -351,8 +353,7 @@ class INFEX(Algorithm):
                           merge=_merge_score)
         self.full_objective_ = float(s[0] / s[2]) if self.hyper["objective"] == "loglik" else float(s[1])
         self.stopped_ = ("certificate: largest reduced cost ≤ epsilon" if self._certified else
-                         f"memory_limit: the master held {len(self._Z)} columns, the most "
-                         f"memory_budget allows, with a reduced cost of {self._delta:.3e} > "
+                         f"{self._full_reason()}, with a reduced cost of {self._delta:.3e} > "
                          "epsilon (raise memory_limit or lower coreset_size)" if self._full else
                          f"max_epochs reached with a reduced cost of {self._delta:.3e} > epsilon")
 

@@ -106,6 +106,12 @@ def check_parts(limit: int, batch_size: int, n_features: int, parts: list) -> No
             f"({mib(size)}) need about {mib(need)}; raise memory_limit or lower {param}")
 
 
+def workers_of(executor) -> list:
+    """A distributed executor's workers, ``(address, memory limit or 0, threads)``; none for a
+    local one (its tasks run in this process)."""
+    return executor.worker_memory() if getattr(executor, "distributed", False) else []
+
+
 def worker_budgets(limit: int, workers) -> list:
     """``(where, bytes, threads)`` per process that runs a fit's tasks: for a distributed
     executor's ``workers`` (``(address, memory limit or 0, threads)``) ``limit`` or the

@@ -35,7 +35,7 @@ import numpy as np
 from ..base.atomic import atomic_json, atomic_save_npy
 from ..data.cache import FeatureCache
 from ..errors import DataError, ParameterError
-from ..base.memory import budget, cell_row_bytes, check_batches, mib, worker_budgets
+from ..base.memory import budget, cell_row_bytes, check_batches, mib, worker_budgets, workers_of
 from ..base.threads import limit_blas, n_threads
 from .build import extend_build, full_build
 from .cells import remove_scratch
@@ -161,11 +161,6 @@ def fit_cells(memory_limit, cell_rows: int, threads: int, dim: int, degree: int,
     return int(cell_rows)
 
 
-def _workers(executor) -> list:
-    """A distributed executor's workers with their memory (where the cells are built)."""
-    return executor.worker_memory() if getattr(executor, "distributed", False) else []
-
-
 def check_reference(k: int, reference) -> None:
     """A reference sample must hold more rows than the k neighbours searched in it (checked
     before any pass by the engine and ``knn_graph``, and again with the rows)."""
@@ -207,7 +202,7 @@ def _settings(cache, n_neighbors, options, executor, batch_size):
     degree = list_length(o["degree"], k)
     mc = int(o["max_candidates"]) or 2 * degree
     cell_rows = fit_cells(o["memory_limit"], o["cell_rows"], n_threads(threads), dim, degree,
-                          k, min(batch_size, n), mc, _workers(executor))
+                          k, min(batch_size, n), mc, workers_of(executor))
     return {"n_features": dim, "k": k, "degree": degree, "max_candidates": mc,
             "entries": int(o["entries"]), "M": int(o["M"]),
             "ef_construction": int(o["ef_construction"]), "ef": query_ef(o["ef"], k),
@@ -339,7 +334,7 @@ def knn_graph(data, n_neighbors: int = 5, *, features=None, exclude=None, work_d
         fit_cells(options.get("memory_limit"), options.get("cell_rows", 50_000),
                   n_threads(options.get("threads", -1)), d.n_features, options.get("degree", 0),
                   n_neighbors, min(batch_size, d.n_rows) if d.n_rows else batch_size,
-                  options.get("max_candidates", 0), _workers(options.get("executor")))
+                  options.get("max_candidates", 0), workers_of(options.get("executor")))
     owned = work_dir is None
     work_dir = tempfile.mkdtemp(prefix="streamclust-knn-") if owned else work_dir
     try:  # made here (atomically: of two runs at once, one makes it), or there already

@@ -284,12 +284,10 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
     d = _open(data, algo, features, exclude, on_invalid)
     log.info("%s: %s", d.source.name, describe_features(d.spec, d.left_out))
     rows = d.n_rows  # a batch never holds more rows than the data (None: not known up front)
-    knn_options, limit = _budget(memory_limit, algo, d.n_features,
-                                 min(batch_size, rows) if rows else batch_size, knn_options, rows)
     executor = _executor(executor, client)
-    if getattr(executor, "distributed", False):  # its workers' batches and graph cells
-        _worker_budget(executor, limit, algo, d.n_features,
-                       min(batch_size, rows) if rows else batch_size, knn_options)
+    knn_options, limit = _budget(memory_limit, algo, d.n_features,
+                                 min(batch_size, rows) if rows else batch_size, knn_options, rows,
+                                 executor)
     if resume and (work_dir is None or not algo.can_resume()):
         raise ParameterError("resume needs the work_dir of the interrupted run" if work_dir is None
                              else f"algorithm '{algorithm}' cannot resume (it writes no checkpoints)")
@@ -307,14 +305,18 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
         return _finish(st, _loop(st, first, max_epochs, host), host)
 
 
-def _budget(memory_limit, algo, n_features, batch_size, knn_options, rows=None):
+def _budget(memory_limit, algo, n_features, batch_size, knn_options, rows, executor):
     """The memory budget checked before any pass: one batch; beside it the declared sample or
     coreset and what the algorithm holds (``Algorithm.memory``); the kNN graph's cells when
-    the algorithm needs one (built before the algorithm starts).  Returns the graph's options
-    and the limit in bytes."""
-    from ..base.memory import budget, check_batches
+    the algorithm needs one (built before the algorithm starts).  On a distributed executor
+    the passes' tasks and the cells run on its workers: each must also hold a batch a thread
+    and its threads' cells.  Returns the graph's options and the limit in bytes."""
+    from ..base.memory import budget, check_batches, check_worker_batches, workers_of
     limit = budget(memory_limit)
     check_batches(limit, batch_size, n_features)
+    workers = workers_of(executor)
+    if workers:
+        check_worker_batches(limit, workers, batch_size, n_features)
     req = algo.requirements()
     _algorithm_parts(algo, limit, batch_size, n_features, rows)
     k = req.knn
@@ -326,23 +328,8 @@ def _budget(memory_limit, algo, n_features, batch_size, knn_options, rows=None):
         opts.setdefault("memory_limit", limit)
         fit_cells(opts["memory_limit"], int(opts.get("cell_rows", 50_000)),
                   n_threads(opts.get("threads", -1)), n_features, int(opts.get("degree", 0)), k,
-                  batch_size, int(opts.get("max_candidates", 0)))
+                  batch_size, int(opts.get("max_candidates", 0)), workers)
     return opts, limit
-
-
-def _worker_budget(executor, limit, algo, n_features, batch_size, knn_options):
-    """On a distributed executor the passes' tasks and the graph's cells run on the workers:
-    each must hold a batch a thread and, with a graph, its threads' cells."""
-    from ..base.memory import check_worker_batches
-    workers = executor.worker_memory()
-    check_worker_batches(limit, workers, batch_size, n_features)
-    k = algo.requirements().knn
-    if k:
-        from ..graph.knn import fit_cells
-        opts = knn_options
-        fit_cells(opts.get("memory_limit", limit), int(opts.get("cell_rows", 50_000)), 1,
-                  n_features, int(opts.get("degree", 0)), k, batch_size,
-                  int(opts.get("max_candidates", 0)), workers)
 
 
 def _algorithm_parts(algo, limit, batch_size, n_features, rows):
