@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import inspect
 
+import warnings
+
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
@@ -60,6 +62,10 @@ class _Base(ClusterMixin, BaseEstimator):
                 raise ValueError(f"y has {len(given)} values but X has {len(X)} rows")
             data = array_to_table(X).append_column("__given__", pa.array(given))
             params["given"] = "__given__"
+        k_nn = params.get("n_neighbors")
+        if isinstance(k_nn, int) and 1 < len(X) <= k_nn:  # a kNN graph of fewer rows than asked
+            warnings.warn(f"{len(X)} rows: n_neighbors={k_nn} lowered to {len(X) - 1} for this fit")
+            params["n_neighbors"] = len(X) - 1
         cls = PluginHost().algorithm(self._algo_name())
         k = None if cls.chooses_k else self.n_clusters
         for stale in ("_counts", "_sums", "_sq"):  # partial_fit's running statistics

@@ -152,8 +152,10 @@ class NCutEmb(Algorithm):
     contract_params = {"epochs": 8}
 
     def requirements(self):
-        if self.n_clusters < 2:  # one output's sign would still make two clusters
-            raise ParameterError(f"ncutemb needs n_clusters >= 2, got {self.n_clusters}")
+        if self.n_clusters < 1:
+            raise ParameterError(f"ncutemb needs n_clusters >= 1, got {self.n_clusters}")
+        if self.n_clusters == 1:  # every row in the one cluster: nothing to train, no graph
+            return Requirements()
         col = self.hyper["pairs"]
         return Requirements(knn=0 if col else self.hyper["n_neighbors"], columns=(col,) if col else (),
                             sample=self.hyper["init_sample"], knn_reference=self.hyper["reference_rows"])
@@ -227,9 +229,14 @@ class NCutEmb(Algorithm):
         return pairs
 
     def start(self, ctx):
-        self._pairs_ = self._pairs(ctx)
         self.scale_ = self._scale(ctx)
-        self._net = self._init_net(ctx)
+        if self.n_clusters == 1:  # every row in the one cluster: f = 0, nothing to train
+            d, H = ctx.n_features, self.hyper["hidden"]
+            self._pairs_, self.paired_ = None, 0
+            self._net = kn.Net(np.zeros((d, H)), np.zeros(H), np.zeros((H or d, 1)), np.zeros(1))
+        else:
+            self._pairs_ = self._pairs(ctx)
+            self._net = self._init_net(ctx)
         N = self.hyper["balance_window"]
         ring = np.arange(N, dtype=np.int64) % self.n_clusters  # start as if balanced
         self._bal = kn.Balance(ring, np.bincount(ring, minlength=self.n_clusters).astype(np.float64),
@@ -238,6 +245,9 @@ class NCutEmb(Algorithm):
         self.net_ = self._net
 
     def run_epoch(self, ctx):
+        if self.n_clusters == 1:
+            return EpochReport(objective=0.0, rows=ctx.n_rows, converged=True,
+                               extras={"note": "one cluster: every row is in it"})
         h, e = self.hyper, self._epoch
         lr = h["learning_rate"] / ctx.n_features / (1.0 + h["lr_decay"] * e)
         mode = 0 if self.n_clusters == 2 else MODES[h["multiclass"]]
@@ -286,6 +296,8 @@ class NCutEmb(Algorithm):
         return out
 
     def predict(self, X, soft=False) -> Assignment:
+        if self.n_clusters == 1:
+            return Assignment(np.zeros(len(X), np.int32), soft=np.ones((len(X), 1)) if soft else None)
         f = self.outputs(X)
         if f.shape[1] == 1:
             labels = (f[:, 0] > 0).astype(np.int32)
@@ -330,7 +342,7 @@ class NCutEmb(Algorithm):
         return out
 
     def restore(self, ctx, state: dict) -> None:
-        self._pairs_ = self._pairs(ctx)
+        self._pairs_ = self._pairs(ctx) if self.n_clusters > 1 else None
         self.scale_ = kn.Scale(np.asarray(state["mean"]), np.asarray(state["inv_std"]))
         self._net = kn.Net(*[np.array(state[f"net_{i}"]) for i in range(4)])
         self._bal = kn.Balance(*[np.array(state[f"bal_{n}"]) for n in kn.Balance._fields])
