@@ -35,6 +35,9 @@ Choices where the paper is silent:
   many rows, the bound is solved on the sample's own graph and the other rows take z by the
   prediction rule (:mod:`streamclust_slk.sample`): SLK on N rows is then SLK on the sample plus
   one pass, so its work per bound iteration and the reach of its graph do not change with N.
+  Up to ``reference_rows`` rows the bound over all rows is solved in memory the same way
+  (the graph in reverse Cuthill-McKee order: 2× faster iterations at 70 000 × 784), not by
+  passes over the row state.
 """
 from __future__ import annotations
 
@@ -99,7 +102,10 @@ class SLK(Starts, Algorithm):
         n, L = ctx.n_rows, self.n_clusters
         if n <= self.hyper["n_neighbors"]:
             raise DataError(f"{n} rows: SLK needs more rows than n_neighbors ({self.hyper['n_neighbors']})")
-        self._sample = SampleSolve(g) if g.reference is not None else None
+        # in memory: a reference sample's graph, or every row's up to reference_rows rows
+        in_memory = g.reference is not None or (
+            n <= self.hyper["reference_rows"] and bool((np.asarray(g.ids) >= 0).all()))
+        self._sample = SampleSolve(g) if in_memory else None
         if self._sample is None:
             W = g.symmetric()
             self._graph = (W.indptr.astype(np.int64), W.indices.astype(np.int64),
@@ -282,8 +288,9 @@ class SLK(Starts, Algorithm):
         self.modes_ = b["modes"].astype(np.float32)
         self.labels_ = b["labels"]
         # prediction reads the z of indexed rows only: with a reference sample, the sample's
-        self.train_ids_ = None if self._sample is None else self._sample.ref
-        rows = slice(None) if self._sample is None else self._sample.ref
+        part = self._sample is not None and not self._sample.full
+        self.train_ids_ = self._sample.ref if part else None
+        rows = self._sample.ref if part else slice(None)
         self.train_z_ = np.array(self._best_Z.array[rows], dtype=np.float32)
         self._index = ctx.knn_index()
         self.index_ef_ = int(self._index.ef)

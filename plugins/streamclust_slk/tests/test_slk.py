@@ -173,7 +173,9 @@ def test_slk_resumes_across_runs_of_a_lambda_grid(tmp_path):
     ckpt = os.listdir(os.path.join(work, "checkpoint"))  # A and Z are not checkpointed
     assert "state_slk_best_Z.npy" in ckpt and not any("slk_A" in n or "slk_Z" in n for n in ckpt)
     scratch = [n for n in os.listdir(work) if n.startswith("scratch_slk_")]
-    assert len(scratch) == 3  # A, Z0, Z1: every epoch rewrites them, so a resume needs none
+    # A and Z (the bound of at most reference_rows rows runs in memory: no second Z buffer):
+    # every epoch rewrites them, so a resume needs none
+    assert sorted(scratch) == ["scratch_slk_A.npy", "scratch_slk_Z0.npy"]
     for name in scratch:
         os.remove(os.path.join(work, name))
     done = streamclust.fit(t, "slk", 3, max_epochs=100, work_dir=work, resume=True, **kw)
@@ -276,3 +278,20 @@ def test_reference_rows_solve_the_sample_and_extend_the_rest(tmp_path):
     m.save(str(tmp_path / "model"))
     back = streamclust.load_model(str(tmp_path / "model"))
     np.testing.assert_array_equal(back.predict(X), m.predict(X))
+
+
+def test_in_memory_bound_equals_the_streamed_passes():
+    """Up to reference_rows rows the bound is solved in memory (graph in RCM order);
+    reference_rows=0 keeps the Jacobi iterations as passes over the row state.  Same graph,
+    same iterations: the same labels, modes and energies up to summation order."""
+    X, _ = make_blobs(n=1500, k=4, d=6, seed=21, spread=2.5)
+    mem = streamclust.fit(X, "slk", 4, seed=2, n_init=2, progress=False)
+    streamed = streamclust.fit(X, "slk", 4, seed=2, n_init=2, reference_rows=0, progress=False)
+    assert [h["sample_rows"] for h in mem.history] == [1500] * len(mem.history)
+    assert len(mem.history) == len(streamed.history)
+    np.testing.assert_array_equal(mem.labels_, streamed.labels_)
+    np.testing.assert_array_equal(mem.algorithm_.mode_ids_, streamed.algorithm_.mode_ids_)
+    for a, b in zip(mem.history, streamed.history):
+        assert a["discrete_energy"] == pytest.approx(b["discrete_energy"], rel=1e-9)
+        assert abs(a["bound_iterations"] - b["bound_iterations"]) <= 1
+    assert mem.algorithm_.train_ids_ is None  # every row indexed, as before
