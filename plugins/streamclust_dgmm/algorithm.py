@@ -31,9 +31,12 @@ Choices where the paper is silent (recorded here as ALGORITHMS.md asks):
   one start ended 1.3-3.7 % above k-means' median squared error on 2 of 5 seeds.  With up to
   ``AUTO_STARTS_MAX`` clusters six seedings are each fitted on a coreset (the user's, or one of
   ``start_rows`` rows made for the starts) and the one of highest free energy goes on to all
-  rows (worst of 5 seeds 1.001 on usps, 1.002 on 784-wide digits).  After a coreset made only
-  for the starts, all rows are fitted to ``tol``, not the looser ``refine_tol``.  A fit stopped
-  by ``max_epochs`` during the starts keeps the best start so far (``finish``).  With several
+  rows (worst of 5 seeds 1.004 on usps, 1.002 on 784-wide digits).  The starts all run in the
+  first epoch (phase ``starts``, their free energies and EM steps in its ``starts`` extra): a
+  start costs a few milliseconds on the coreset, and ``max_epochs`` then still bounds the
+  passes over all rows as before.  After a coreset made only for the starts, all rows are
+  fitted to ``tol``, not the looser ``refine_tol``.  When the rows are no more than
+  ``start_rows``, the starts run on all of them and the best is the fit.  With several
   starts each seeding takes 2 + ln k greedy chains per centre (one start: ``afkmc2_trials``):
   the choice among starts does what the extra chains did (the artificial set's 15 centres are
   still found in ≥ 9 of 10 seeds), at a fifth of the seeding's cost.
@@ -63,6 +66,11 @@ DENSE_S_MAX = 2048
 #: k = 10: one start ended 1.3 % above k-means' median squared error on 2 of 5 seeds, six 0.2 %)
 AUTO_STARTS_MAX = 32
 AUTO_STARTS = 6
+#: EM steps a start takes at most (it stops earlier at tol), and the stride of the starts'
+#: random streams (start i, step t draws from stream START_KEY · (i + 1) + t, apart from the
+#: epochs' streams 0, 1, 2, …)
+START_MAX_ITER = 100
+START_KEY = 1 << 20
 
 
 
@@ -175,10 +183,12 @@ class DGMM(Algorithm):
         n_view = self._view.n_rows if self._view is not None else ctx.n_rows
         self._K = ctx.row_state("dgmm_K", (n_view, self.H_), np.int32, fill=-1)
         self.phase_ = "coreset" if self._view is not None else "full"
+        if self.n_init_ > 1:
+            self.phase_ = "starts"  # the first epoch fits every start (see _starts)
         self.refined_ = 0  # refinement epochs run
-        self.start_, self.starts_ = 0, []  # the start being fitted; (F, sigma2) of those done
-        self._best = None
-        self._seed(ctx)
+        self.start_, self.starts_ = 0, []  # the start being seeded; [F, EM steps] of each
+        if self.n_init_ == 1:
+            self._seed(ctx)
 
     def _seed(self, ctx):
         """Seeds the means of start ``self.start_`` (start 0 draws what a one-start fit draws)
@@ -222,45 +232,20 @@ class DGMM(Algorithm):
         if near is not None:  # the greedy seeding knows each coreset row's nearest seed
             self._K.array[:, 0] = near
         self.free_energy_ = None
-        self._first = True  # the start's first epoch: hard E-step; K(n) from the tree on all rows
 
-    def _end_start(self, ctx) -> bool:
-        """A start has converged: keep it if it is the best so far; seed the next one (True),
-        or go on with the best (False)."""
-        F = float(self.free_energy_)
-        self.starts_.append([F, float(self.sigma2_)])
-        if self._best is None or F > self._best[0]:
-            self._best = (F, self.means_.copy(), float(self.sigma2_), self.sim_)
-        if self.start_ + 1 < self.n_init_:
-            self.start_ += 1
-            self._seed(ctx)
-            return True
-        F, self.means_, self.sigma2_, self.sim_ = self._best
-        self.free_energy_ = F
-        return False
-
-    def run_epoch(self, ctx) -> EpochReport:
+    def _em(self, ctx, key: int, first: bool, data):
+        """One truncated EM iteration over ``data`` (the coreset view, or None: all rows) with
+        the random streams of ``key``: updates the means, σ² and S; returns (F, empty
+        clusters, distance evaluations)."""
         M, D = self.means_.shape
         h = self.hyper
-        evals0 = 0
-        first, self._first = self._first, False
-        if self.phase_ == "refine" and self.refined_ == 0:  # K(n) of all rows from the tree
-            self._K = ctx.row_state("dgmm_K_all", (ctx.n_rows, self.H_), np.int32, fill=-1)
-            evals0 = start_from_index(ctx, self.means_, self._K.array, ctx.rng(3, ctx.epoch),
-                                      h["index_probe"])
-            self.free_energy_ = None  # F of all rows: not comparable with the coreset's
-        elif self.phase_ == "full" and first:  # each row's nearest seeds, via the tree
-            evals0 = start_from_index(ctx, self.means_, self._K.array,
-                                      ctx.rng(2) if self.start_ == 0 else ctx.rng(2, self.start_),
-                                      h["index_probe"])
         hard = first and h["sigma2_init"] == "hard"
         # the first refinement epoch draws no new candidates: the tree search just looked at
         # ~3·M^(1/3) means per row, S would add little for 10 more distances per row
         R = 0 if self.phase_ == "refine" and self.refined_ == 0 else self.R_
-        cfg = EStepConfig(self.H_, R, self.seed, ctx.epoch, 0, self.dense_, hard)
+        cfg = EStepConfig(self.H_, R, self.seed, key, 0, self.dense_, hard)
         params = (GMMParams(self.means_, float(self.sigma2_)), self.sim_, cfg,
                   numba.get_num_threads())
-        data = self._view if self.phase_ == "coreset" else None
         sum_qy, sum_q, scal, S = ctx.aggregate(estep_step, params, data=data,
                                               state=(self._K.array,))
         W, wqd, wlse, evals = scal
@@ -272,48 +257,81 @@ class DGMM(Algorithm):
         else:
             F = wlse / W - 0.5 * D * np.log(2 * np.pi * self.sigma2_) - np.log(M)
             self.sigma2_ = max(wqd / (D * W), self._sigma2_floor)
-        self.sim_ = dense_to_rows(unpack_upper(S, M)) if self.dense_ else pairs_to_rows(S, M, h["similarity_top"])
-        prev, self.free_energy_ = self.free_energy_, float(F)
+        self.sim_ = dense_to_rows(unpack_upper(S, M)) if self.dense_ else \
+            pairs_to_rows(S, M, h["similarity_top"])
+        return float(F), int((~live).sum()), int(evals)
+
+    def _starts(self, ctx):
+        """Every start, one after the other inside one epoch, on the coreset (or all rows when
+        they are few): seeded, then EM until |ΔF/F| < tol; the one of highest F is kept.
+        Returns (F, empty clusters, distance evaluations)."""
+        h = self.hyper
+        best, total = None, 0
+        for i in range(self.n_init_):
+            self.start_ = i
+            self._seed(ctx)
+            if self._view is None:  # each row's nearest seeds, via the tree
+                total += start_from_index(ctx, self.means_, self._K.array,
+                                          ctx.rng(2) if i == 0 else ctx.rng(2, i), h["index_probe"])
+            prev = None
+            for it in range(START_MAX_ITER):  # the streams of start i, step it
+                F, empty, evals = self._em(ctx, START_KEY * (i + 1) + it, it == 0, self._view)
+                total += evals
+                if prev is not None and abs((F - prev) / F) < h["tol"]:
+                    break
+                prev = F
+            self.starts_.append([F, it + 1])
+            if best is None or F > best[0]:
+                best = (F, empty, self.means_.copy(), float(self.sigma2_), self.sim_)
+        F, empty, self.means_, self.sigma2_, self.sim_ = best
+        self.free_energy_ = F
+        return F, empty, total
+
+    def run_epoch(self, ctx) -> EpochReport:
+        h = self.hyper
+        evals0 = 0
+        phase = self.phase_
+        if phase == "starts":
+            F, empty, evals = self._starts(ctx)
+            converged = self._view is None or (h["refine_epochs"] == 0 and not self._start_view_only)
+            if not converged:
+                self.phase_ = "refine"  # the next epochs run on all rows
+            return EpochReport(objective=F, converged=converged, rows=int(len(self._K.array)),
+                               distance_evaluations=evals,
+                               extras={"sigma2": float(self.sigma2_), "empty_clusters": empty,
+                                       "phase": phase, "starts": self.starts_})
+        if phase == "refine" and self.refined_ == 0:  # K(n) of all rows from the tree
+            self._K = ctx.row_state("dgmm_K_all", (ctx.n_rows, self.H_), np.int32, fill=-1)
+            evals0 = start_from_index(ctx, self.means_, self._K.array, ctx.rng(3, ctx.epoch),
+                                      h["index_probe"])
+            self.free_energy_ = None  # F of all rows: not comparable with the coreset's
+        elif phase == "full" and ctx.epoch == 0:  # each row's nearest seeds, via the tree
+            evals0 = start_from_index(ctx, self.means_, self._K.array, ctx.rng(2), h["index_probe"])
+        F, empty, evals = self._em(ctx, ctx.epoch, ctx.epoch == 0,
+                                   self._view if phase == "coreset" else None)
+        prev, self.free_energy_ = self.free_energy_, F
         # the refinement of a coreset the user chose polishes (refine_tol); after a coreset
         # made only for the starts, all rows are fitted to tol
-        tol = h["refine_tol"] if self.phase_ == "refine" and not self._start_view_only else h["tol"]
+        tol = h["refine_tol"] if phase == "refine" and not self._start_view_only else h["tol"]
         converged = prev is not None and abs((F - prev) / F) < tol
-        phase, start = self.phase_, self.start_
         if phase == "refine":
             self.refined_ += 1
             converged = converged or self.refined_ == h["refine_epochs"]
-        elif converged and self._end_start(ctx):
-            converged = False  # the next start begins
-        elif phase == "coreset" and converged and (h["refine_epochs"] != 0 or self._start_view_only):
+        elif phase == "coreset" and converged and h["refine_epochs"] != 0:
             self.phase_, converged = "refine", False  # the next epochs run on all rows
-        extras = {"sigma2": float(self.sigma2_), "empty_clusters": int((~live).sum()),
-                  "phase": phase}
-        if self.n_init_ > 1 and phase != "refine":
-            extras["start"] = start
-        return EpochReport(objective=float(F), converged=converged, rows=int(len(self._K.array)),
-                           distance_evaluations=int(evals) + evals0, extras=extras)
-
-    # -- checkpoints ---------------------------------------------------------------------------
-    def finish(self, ctx) -> None:
-        """A fit cut short by ``max_epochs`` during a later start keeps the best start so far."""
-        if self.phase_ != "refine" and self._best is not None and (
-                self.free_energy_ is None or self._best[0] > self.free_energy_):
-            self.free_energy_, self.means_, self.sigma2_, self.sim_ = self._best
+        return EpochReport(objective=F, converged=converged, rows=int(len(self._K.array)),
+                           distance_evaluations=int(evals) + evals0,
+                           extras={"sigma2": float(self.sigma2_), "empty_clusters": empty,
+                                   "phase": phase})
 
     # -- checkpoints ---------------------------------------------------------------------------
     def checkpoint(self) -> dict:
-        out = {"means": self.means_, "sigma2": float(self.sigma2_),
-               "free_energy": self.free_energy_, "sigma2_floor": float(self._sigma2_floor),
-               "sim_indptr": self.sim_.indptr, "sim_indices": self.sim_.indices,
-               "sim_weights": self.sim_.weights, "H": int(self.H_), "R": int(self.R_),
-               "dense": bool(self.dense_), "K_rows": int(len(self._K.array)),
-               "phase": self.phase_, "refined": int(self.refined_), "start": int(self.start_),
-               "starts": self.starts_, "first": bool(self._first)}
-        if self._best is not None:
-            F, means, sigma2, sim = self._best
-            out.update(best_F=F, best_means=means, best_sigma2=sigma2, best_indptr=sim.indptr,
-                       best_indices=sim.indices, best_weights=sim.weights)
-        return out
+        return {"means": self.means_, "sigma2": float(self.sigma2_),
+                "free_energy": self.free_energy_, "sigma2_floor": float(self._sigma2_floor),
+                "sim_indptr": self.sim_.indptr, "sim_indices": self.sim_.indices,
+                "sim_weights": self.sim_.weights, "H": int(self.H_), "R": int(self.R_),
+                "dense": bool(self.dense_), "K_rows": int(len(self._K.array)),
+                "phase": self.phase_, "refined": int(self.refined_), "starts": self.starts_}
 
     def restore(self, ctx, state: dict) -> None:
         self.H_, self.R_, self.dense_ = int(state["H"]), int(state["R"]), bool(state["dense"])
@@ -326,13 +344,7 @@ class DGMM(Algorithm):
         self._view, self._start_view_only = self._start_view(ctx)
         self.phase_ = str(state.get("phase", "coreset" if self._view is not None else "full"))
         self.refined_ = int(state.get("refined", 0))
-        self.start_, self.starts_ = int(state.get("start", 0)), list(state.get("starts", []))
-        self._first = bool(state.get("first", False))
-        self._best = None
-        if "best_F" in state:
-            self._best = (float(state["best_F"]), np.ascontiguousarray(state["best_means"]),
-                          float(state["best_sigma2"]),
-                          sim_rows(state["best_indptr"], state["best_indices"], state["best_weights"]))
+        self.starts_ = list(state.get("starts", []))
         name = "dgmm_K_all" if self.phase_ == "refine" and self.refined_ else "dgmm_K"
         self._K = ctx.row_state(name, (int(state["K_rows"]), self.H_), np.int32, existing=True)
 

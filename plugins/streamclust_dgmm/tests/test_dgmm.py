@@ -111,14 +111,20 @@ def test_sparse_similarity_matches_dense():
 def test_distance_evaluations_counted():
     X, _ = make_blobs(n=1000, k=20, d=3, seed=9)
     m = streamclust.fit(X, "dgmm", 20, seed=0, truncation=3, candidates=2, max_epochs=3,
-                        tol=1e-300, progress=False)
+                        tol=1e-300, n_init=1, progress=False)
     # epoch 0 starts K(n) at each row's nearest seeds: with M = 20 (≤ 32) an exact search
     assert [h["distance_evaluations"] for h in m.history] == [1000 * (20 + 5)] + [1000 * 5] * 2
     c = streamclust.fit(X, "dgmm", 20, seed=0, truncation=3, candidates=2, coreset_size=256,
-                        max_epochs=2, tol=1e-300, progress=False)
+                        max_epochs=2, tol=1e-300, n_init=1, progress=False)
     assert [h["distance_evaluations"] for h in c.history] == [256 * 5] * 2
     assert [h["phase"] for h in c.history] == ["coreset"] * 2
     assert [h["rows"] for h in c.history] == [256, 256]
+    # two starts in the first epoch; tol=0 runs each to START_MAX_ITER steps
+    from streamclust_dgmm.algorithm import START_MAX_ITER
+    s = streamclust.fit(X, "dgmm", 20, seed=0, truncation=3, candidates=2, coreset_size=256,
+                        max_epochs=1, tol=0, n_init=2, progress=False)
+    assert s.history[0]["starts"][0][1] == s.history[0]["starts"][1][1] == START_MAX_ITER
+    assert s.history[0]["distance_evaluations"] > 2 * START_MAX_ITER * 256 * 5
 
 
 def _recovered(path, **kw):
@@ -320,7 +326,8 @@ def test_defaults_on_usps_match_kmeans_on_every_seed():
     (``n_init=1``) ends in the worse one on some seeds.  With the default starts (6 on a 2 048-row
     coreset, the best by free energy refined on all rows) every one of 5 seeds ends within 1 % of
     the median squared error of scikit-learn's ``KMeans(n_init=1)`` on the same seeds (the
-    defaults before the starts: 1.037 on the worst seed)."""
+    defaults before the starts: 1.037 on the worst seed).  The starts take one epoch, so a
+    small ``max_epochs`` still leaves epochs for all rows."""
     from sklearn.cluster import KMeans
     z = np.load(os.path.join(DATA, "usps.npz"), allow_pickle=False) if os.path.exists(
         os.path.join(DATA, "usps.npz")) else pytest.skip("../shared/data/usps.npz is absent")
@@ -329,6 +336,23 @@ def test_defaults_on_usps_match_kmeans_on_every_seed():
     fits = [streamclust.fit(X, "dgmm", 10, seed=seed, progress=False) for seed in range(5)]
     ours = [quantization_error(X, m.means_) / ref for m in fits]
     assert max(ours) < 1.01, ours
-    for m in fits:
-        assert sorted({h.get("start") for h in m.history if h["phase"] == "coreset"}) == list(range(6))
-        assert m.history[-1]["phase"] == "refine" and m.history[-1]["rows"] == len(X)
+    for m in fits:  # the six starts in the first epoch, then all rows
+        assert m.history[0]["phase"] == "starts" and len(m.history[0]["starts"]) == 6
+        assert m.history[0]["objective"] == max(F for F, _ in m.history[0]["starts"])
+        assert {h["phase"] for h in m.history[1:]} == {"refine"}
+        assert m.history[-1]["rows"] == len(X) and m.info["converged"]
+
+
+def test_starts_take_one_epoch():
+    """The starts run inside the first epoch: with max_epochs=3 a fit has its starts and two
+    epochs on all rows, and a fit stopped there resumes to the uninterrupted result."""
+    X, _ = make_blobs(n=6000, k=8, d=6, seed=4, spread=3.0)
+    wd = tempfile.mkdtemp()
+    short = streamclust.fit(X, "dgmm", 8, seed=1, max_epochs=3, progress=False, work_dir=wd)
+    assert [h["phase"] for h in short.history] == ["starts", "refine", "refine"]
+    assert short.history[1]["rows"] == 6000 and len(short.history[0]["starts"]) == 6
+    full = streamclust.fit(X, "dgmm", 8, seed=1, progress=False)
+    done = streamclust.fit(X, "dgmm", 8, seed=1, progress=False, work_dir=wd, resume=True)
+    np.testing.assert_array_equal(done.means_, full.means_)
+    one = streamclust.fit(X[:1500], "dgmm", 8, seed=1, progress=False)  # rows <= start_rows
+    assert [h["phase"] for h in one.history] == ["starts"] and one.info["converged"]
