@@ -20,7 +20,7 @@ def _fit(tmp_path, epochs, **kw):
     data = write_parquet_dir(str(tmp_path / "data"), X, y, files=2, row_group=500)
     return data, streamclust.fit(data, "dgmm", 8, features="embedding", max_epochs=epochs,
                                  work_dir=str(tmp_path / "w"), progress=False, truncation=3,
-                                 candidates=3, tol=1e-12, **kw)
+                                 candidates=3, tol=1e-12, n_init=1, **kw)
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip"])
@@ -38,11 +38,11 @@ def test_damaged_checkpoint_row_state_is_refused(tmp_path, damage):
                        f"{'size' if damage == 'truncate' else 'checksum'}"):
         streamclust.fit(data, "dgmm", 8, features="embedding", max_epochs=4,
                         work_dir=str(tmp_path / "w"), resume=True, progress=False, truncation=3,
-                        candidates=3, tol=1e-12)
+                        candidates=3, tol=1e-12, n_init=1)
     states[0].write_bytes(raw)  # repaired: the resume goes on
     m = streamclust.fit(data, "dgmm", 8, features="embedding", max_epochs=4,
                         work_dir=str(tmp_path / "w"), resume=True, progress=False, truncation=3,
-                        candidates=3, tol=1e-12)
+                        candidates=3, tol=1e-12, n_init=1)
     assert m.info["resumed_from_epoch"] == 2
 
 

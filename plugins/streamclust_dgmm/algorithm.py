@@ -36,7 +36,8 @@ Choices where the paper is silent (recorded here as ALGORITHMS.md asks):
   start costs a few milliseconds on the coreset, and ``max_epochs`` then still bounds the
   passes over all rows as before.  After a coreset made only for the starts, all rows are
   fitted to ``tol``, not the looser ``refine_tol``.  When the rows are no more than
-  ``start_rows``, the starts run on all of them and the best is the fit.  With several
+  ``start_rows``, the starts run on all of them and the best goes on there (K(n) from the
+  tree over its means) until ``tol``.  With several
   starts each seeding takes 2 + ln k greedy chains per centre (one start: ``afkmc2_trials``):
   the choice among starts does what the extra chains did (the artificial set's 15 centres are
   still found in ≥ 9 of 10 seeds), at a fifth of the seeding's cost.
@@ -187,6 +188,7 @@ class DGMM(Algorithm):
             self.phase_ = "starts"  # the first epoch fits every start (see _starts)
         self.refined_ = 0  # refinement epochs run
         self.start_, self.starts_ = 0, []  # the start being seeded; [F, EM steps] of each
+        self._tree_start = False  # after starts on all rows: K(n) again from the tree
         if self.n_init_ == 1:
             self._seed(ctx)
 
@@ -293,9 +295,11 @@ class DGMM(Algorithm):
         phase = self.phase_
         if phase == "starts":
             F, empty, evals = self._starts(ctx)
-            converged = self._view is None or (h["refine_epochs"] == 0 and not self._start_view_only)
-            if not converged:
-                self.phase_ = "refine"  # the next epochs run on all rows
+            converged = self._view is not None and h["refine_epochs"] == 0 and \
+                not self._start_view_only
+            # the next epochs run on all rows (the best start's K(n) again from the tree)
+            self.phase_ = "full" if self._view is None else "refine"
+            self._tree_start = True
             return EpochReport(objective=F, converged=converged, rows=int(len(self._K.array)),
                                distance_evaluations=evals,
                                extras={"sigma2": float(self.sigma2_), "empty_clusters": empty,
@@ -305,8 +309,11 @@ class DGMM(Algorithm):
             evals0 = start_from_index(ctx, self.means_, self._K.array, ctx.rng(3, ctx.epoch),
                                       h["index_probe"])
             self.free_energy_ = None  # F of all rows: not comparable with the coreset's
-        elif phase == "full" and ctx.epoch == 0:  # each row's nearest seeds, via the tree
-            evals0 = start_from_index(ctx, self.means_, self._K.array, ctx.rng(2), h["index_probe"])
+        elif phase == "full" and (ctx.epoch == 0 or self._tree_start):  # K(n) via the tree
+            evals0 = start_from_index(ctx, self.means_, self._K.array,
+                                      ctx.rng(2) if ctx.epoch == 0 else ctx.rng(2, ctx.epoch),
+                                      h["index_probe"])
+            self._tree_start = False
         F, empty, evals = self._em(ctx, ctx.epoch, ctx.epoch == 0,
                                    self._view if phase == "coreset" else None)
         prev, self.free_energy_ = self.free_energy_, F
@@ -331,7 +338,8 @@ class DGMM(Algorithm):
                 "sim_indptr": self.sim_.indptr, "sim_indices": self.sim_.indices,
                 "sim_weights": self.sim_.weights, "H": int(self.H_), "R": int(self.R_),
                 "dense": bool(self.dense_), "K_rows": int(len(self._K.array)),
-                "phase": self.phase_, "refined": int(self.refined_), "starts": self.starts_}
+                "phase": self.phase_, "refined": int(self.refined_), "starts": self.starts_,
+                "tree_start": bool(self._tree_start)}
 
     def restore(self, ctx, state: dict) -> None:
         self.H_, self.R_, self.dense_ = int(state["H"]), int(state["R"]), bool(state["dense"])
@@ -345,6 +353,7 @@ class DGMM(Algorithm):
         self.phase_ = str(state.get("phase", "coreset" if self._view is not None else "full"))
         self.refined_ = int(state.get("refined", 0))
         self.starts_ = list(state.get("starts", []))
+        self._tree_start = bool(state.get("tree_start", False))
         name = "dgmm_K_all" if self.phase_ == "refine" and self.refined_ else "dgmm_K"
         self._K = ctx.row_state(name, (int(state["K_rows"]), self.H_), np.int32, existing=True)
 
