@@ -213,7 +213,7 @@ def main():
             rows.append([name, *summary(pname, sc, given)])
         if sq:
             ref = float(np.median([b for _, b in sq]))
-            t_km = float(np.median([t for t in (x[2] for x in theirs["KMeans(auto)"])]))
+            t_km = float(np.median([x[2] for x in theirs["KMeans(auto)"]]))
             sq_rows.append([name, round(max(o for o, _ in sq) / ref, 4),
                             round(float(np.median([o for o, _ in sq])) / ref, 4),
                             round(float(np.median([x[2] for x in ours])) / t_km, 2)])

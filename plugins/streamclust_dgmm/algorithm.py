@@ -40,7 +40,7 @@ Choices where the paper is silent (recorded here as ALGORITHMS.md asks):
   tree over its means) until ``tol``.  With several
   starts each seeding takes 2 + ln k greedy chains per centre (one start: ``afkmc2_trials``):
   the choice among starts does what the extra chains did (the artificial set's 15 centres are
-  still found in ≥ 9 of 10 seeds), at a fifth of the seeding's cost.
+  still found in ≥ 9 of 10 seeds), with 4 chains per centre instead of 19 at k = 10.
 * ``tol`` is 1e-4 (the authors' code): |ΔF/F| with F ≈ −(D/2) log σ² moves about 1/10 as much as
   the squared error at D = 256, and the paper's 1e-3 stopped usps after 4 epochs.
 * H and R are clipped to the number of clusters: ``H ≤ M`` and ``H + R ≤ M``.
@@ -64,7 +64,8 @@ from .similarity import PairSums, dense_to_rows, pairs_to_rows, sim_rows, unpack
 DENSE_S_MAX = 2048
 #: up to this many clusters ``n_init`` 0 means 6 starts, above it 1: each start's greedy seeding
 #: costs k² distances per trial and row of its potential (measured on usps and 784-wide digits,
-#: k = 10: one start ended 1.3 % above k-means' median squared error on 2 of 5 seeds, six 0.2 %)
+#: k = 10: one start ended 1.3-3.7 % above k-means' median squared error on 2 of 5 seeds, six at
+#: most 0.4 %)
 AUTO_STARTS_MAX = 32
 AUTO_STARTS = 6
 #: EM steps a start takes at most (it stops earlier at tol), and the stride of the starts'
@@ -152,10 +153,12 @@ class DGMM(Algorithm):
         """The coreset of ``start_rows`` rows the starts are fitted on (without a coreset), and
         the best start's means beside the current ones."""
         h = self.hyper
-        rows = 0 if h["coreset_size"] or self.n_init_ == 1 else \
-            min(max(h["start_rows"], 20 * self.n_clusters), n_rows)
+        if self.n_init_ == 1:
+            return []
+        rows = 0 if h["coreset_size"] else min(max(h["start_rows"], 20 * self.n_clusters), n_rows)
         return [(rows * (n_features * 4 + 16) + self.n_clusters * n_features * 8,
-                 f"D-GMM's starts on {rows} rows", "start_rows")]
+                 f"D-GMM's {self.n_init_} starts on {rows or h['coreset_size']} rows",
+                 "start_rows")]
 
     # -- fitting ----------------------------------------------------------------------------
     def _start_view(self, ctx):
@@ -299,7 +302,7 @@ class DGMM(Algorithm):
                 not self._start_view_only
             # the next epochs run on all rows (the best start's K(n) again from the tree)
             self.phase_ = "full" if self._view is None else "refine"
-            self._tree_start = True
+            self._tree_start = self._view is None  # (refine starts K(n) from the tree anyway)
             return EpochReport(objective=F, converged=converged, rows=int(len(self._K.array)),
                                distance_evaluations=evals,
                                extras={"sigma2": float(self.sigma2_), "empty_clusters": empty,
