@@ -190,6 +190,22 @@ class Algorithm:
     def can_resume(cls) -> bool:
         return cls.checkpoint is not Algorithm.checkpoint
 
+    def update(self, ctx, state: dict) -> None:
+        """Instead of ``start``, when rows were appended to the data of a fitted model
+        (``streamclust.update``, ``fit --update``): ``state`` is :meth:`checkpoint`'s dict as
+        the fitted run's last epoch left it, the row state of its ``ctx.old_rows`` rows is in
+        place (grow it with ``ctx.grow_row_state``), the cache and the graph hold all rows (the
+        new ones from ``ctx.old_rows`` on).  Set up what ``run_epoch`` needs to fold the new
+        rows in; the engine then runs epochs until one converges, and :meth:`checkpoint` /
+        :meth:`restore` must carry the update's progress (a killed update resumes).  Cluster
+        ids are kept stable by the engine (it matches the clusters before and after).  Not
+        overriding it means the algorithm cannot update: a refit is needed."""
+        raise NotImplementedError
+
+    @classmethod
+    def can_update(cls) -> bool:
+        return cls.update is not Algorithm.update and cls.can_resume()
+
     def finish(self, ctx) -> None:
         """Called once after the last epoch while ``ctx`` (row state, graph, cache) still exists:
         copy into the fitted attributes what prediction and the model need."""

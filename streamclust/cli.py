@@ -146,6 +146,10 @@ def main(ctx, verbose, log_level):
 @click.option("--batch-size", type=click.IntRange(1, INT32), default=65536, show_default=True)
 @click.option("--max-epochs", type=click.IntRange(1, INT32), default=100, show_default=True)
 @click.option("--work-dir", default=None, help="Keep the feature cache and row state here.")
+@click.option("--update", "update", is_flag=True,
+              help="Update the model fitted in --work-dir with the files added to DATA since "
+                   "(the fit's settings; cluster ids kept stable); exits 0 without writing when "
+                   "nothing is new.")
 @click.option("--skip-invalid", is_flag=True, help="Skip rows with NaN/inf instead of failing.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @click.option("--scheduler", default=None, metavar="ADDRESS",
@@ -158,7 +162,7 @@ def main(ctx, verbose, log_level):
 @click.option("--overwrite", is_flag=True, help="Replace the model in an existing --out.")
 @_JSON
 def fit(data, algorithm, clusters, features, exclude, scale, sets, seed, batch_size, max_epochs,
-        work_dir, skip_invalid, quiet, scheduler, workers, resume, out, overwrite, as_json,
+        work_dir, update, skip_invalid, quiet, scheduler, workers, resume, out, overwrite, as_json,
         memory_limit):
     """Fit a clustering of DATA and save the model to --out.
 
@@ -170,6 +174,14 @@ def fit(data, algorithm, clusters, features, exclude, scale, sets, seed, batch_s
     from .base.workdir import output_lock
     click.get_current_context().with_resource(output_lock(out))  # held until the model is saved
     from .run.checkpoint import model_is_complete
+    if update:
+        return _update(data, work_dir, sets, max_epochs, quiet, scheduler, workers, resume, out,
+                       overwrite, as_json, memory_limit,
+                       {k: v for k, v in (("algorithm", algorithm), ("n_clusters", clusters),
+                                          ("seed", seed), ("scale", scale),
+                                          ("batch_size", batch_size), ("skip_invalid", skip_invalid))
+                        if click.get_current_context().get_parameter_source(
+                            "clusters" if k == "n_clusters" else k).name != "DEFAULT"})
     if resume and not overwrite and model_is_complete(out, work_dir, max_epochs, algorithm, clusters):
         click.echo(f"{out}: already complete (the model of the run in {work_dir}); left as it is")
         return
@@ -215,6 +227,54 @@ def fit(data, algorithm, clusters, features, exclude, scale, sets, seed, batch_s
                + (f" (stopped: {info['stopped']})" if "stopped" in info else "") + ", "
                f"objective={float('nan') if objective is None else objective:.6g}, "
                f"{info['seconds']:.2f} s -> {path}")
+
+
+def _update(data, work_dir, sets, max_epochs, quiet, scheduler, workers, resume, out, overwrite,
+            as_json, memory_limit, given):
+    """``fit --update``: the model in ``work_dir`` updated with the files added to ``data``."""
+    from .model.files import check_model_out
+    from .run.update import update as _run_update
+    if not work_dir:
+        raise click.UsageError("--update needs the --work-dir of the fit it updates")
+    if given.pop("skip_invalid", False):
+        raise click.UsageError("--update keeps the fit's handling of invalid rows; do not give "
+                               "--skip-invalid")
+    check_model_out(out, overwrite)  # before the first pass
+    if quiet:
+        _quiet_logging()
+    executor = None
+    if scheduler:
+        from .run.dask_executor import DaskExecutor
+        executor = DaskExecutor(scheduler=scheduler, n_workers=workers)
+    try:
+        model = _run_update(data, work_dir, max_epochs=max_epochs,
+                            progress=False if quiet else None, executor=executor, resume=resume,
+                            memory_limit=memory_limit, expect=dict(given, params=_parse_set(sets)))
+    finally:
+        if executor is not None:
+            executor.close()
+    if model is None:
+        if as_json:
+            _print({"updated": False, "reason": "already up to date", "out": None}, True)
+        else:
+            click.echo(f"{data}: already up to date (no file beyond those fitted in {work_dir}); "
+                       f"{out} not written")
+        return
+    path = model.save(out, overwrite=overwrite)
+    up = model.info["update"]
+    ids = up["ids"]
+    if as_json:
+        _print({"updated": True, "algorithm": model.algorithm, "n_clusters": model.n_clusters,
+                "rows": model.info["rows"], "rows_added": up["rows_added"],
+                "files_added": up["files_added"], "epochs": model.info["epochs"],
+                "converged": model.info["converged"], "clusters": ids,
+                "labels_kept": up["labels_kept"], "seconds": model.info["seconds"], "out": path}, True)
+        return
+    click.echo(f"{model.algorithm}: updated with {up['rows_added']} rows from {up['files_added']} "
+               f"new file(s), {model.info['rows']} rows in all; clusters kept {len(ids['kept'])}, "
+               f"appeared {ids['appeared'] or 'none'}, vanished {ids['vanished'] or 'none'}; "
+               f"{model.info['epochs']} epochs, converged={model.info['converged']}, "
+               f"{model.info['seconds']:.2f} s -> {path}")
 
 
 @main.command()

@@ -21,6 +21,7 @@ against stored results.
 """
 from __future__ import annotations
 
+import os
 import tempfile
 from dataclasses import dataclass
 from typing import Callable
@@ -228,6 +229,38 @@ def check_soft_predict(algorithm, params=None, host=None):
     assert np.array_equal(m.predict(X), labels)
 
 
+def _write_rows(path: str, X) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    pq.write_table(pa.table({f"x{j}": np.asarray(X[:, j], np.float32) for j in range(X.shape[1])}),
+                   path)
+
+
+def check_update(algorithm, params=None, host=None):
+    """A fit on one file updated with a second file of the same clusters: the update's labels
+    of all rows score (NMI against the blobs) within 0.05 of a refit on both files, at least
+    95 % of the first file's rows keep their cluster id, and a second update finds nothing new
+    (returns None)."""
+    from .run.update import update
+    X, y = make_blobs(n=1200, seed=10)
+    p = _params(algorithm, params, host)
+    with tempfile.TemporaryDirectory() as d:
+        data, work = os.path.join(d, "data"), os.path.join(d, "work")
+        os.makedirs(data)
+        _write_rows(os.path.join(data, "part-0.parquet"), X[:800])
+        before = _fit(algorithm, data, 4, p, host, seed=4, work_dir=work)
+        _write_rows(os.path.join(data, "part-1.parquet"), X[800:])
+        after = update(data, work, host=host, progress=False)
+        assert after is not None, "update found no new file"
+        refit = _fit(algorithm, data, 4, p, host, seed=4)
+        q_up, q_refit = nmi(y, after.predict(X)), nmi(y, refit.predict(X))
+        assert q_up >= q_refit - 0.05, f"update NMI {q_up:.3f}, refit {q_refit:.3f}"
+        kept = float((before.predict(X[:800]) == after.predict(X[:800])).mean())
+        assert kept >= 0.95, f"only {kept:.1%} of the old rows kept their cluster id"
+        assert after.info["rows"] == 1200 and after.info["update"]["rows_added"] == 400
+        assert update(data, work, host=host, progress=False) is None, "nothing new, yet updated"
+
+
 @dataclass(frozen=True)
 class Check:
     """One contract check and the capability it needs ('' for none)."""
@@ -244,13 +277,15 @@ CHECKS = [Check(check_labels_valid), Check(check_deterministic), Check(check_bat
           Check(check_no_input_mutation), Check(check_readonly_and_edge_batches),
           Check(check_predict_subset), Check(check_save_load), Check(check_parameter_errors_early),
           Check(check_resume, "resume"), Check(check_soft_predict, "soft"),
+          Check(check_update, "update"),
           Check(check_executor_equivalent, "executor")]
 
 
 def capabilities(algorithm: str, host=None) -> set:
     """What the algorithm can do of the capabilities checks need ('executor' is the caller's)."""
     cls = (host or PluginHost()).algorithm(algorithm)
-    return {c for c, ok in (("resume", cls.can_resume()), ("soft", cls.soft_predict)) if ok}
+    return {c for c, ok in (("resume", cls.can_resume()), ("soft", cls.soft_predict),
+                            ("update", cls.can_update())) if ok}
 
 
 def check_algorithm(algorithm: str, params=None, host=None, skips=None, executor=None) -> list:

@@ -94,6 +94,7 @@ def save_model(model, path: str, overwrite: bool = False) -> str:
                 "params": model.params, "features": None if model.feature_spec is None else
                 model.feature_spec.to_json(), "n_features": model.n_features,
                 "history": model.history, "info": model.info, "state": extra,
+                "cluster_ids": model.cluster_ids.tolist(),
                 "scale": None if model.scaler is None else model.scaler.to_json(),
                 "arrays": sorted(arrays), "arrays_sha256": _sha256(os.path.join(tmp, ARRAYS)),
                 "files": files}
@@ -179,5 +180,12 @@ def read_model(path: str, host=None) -> dict:
     spec = FeatureSpec.from_json(meta["features"]) if meta.get("features") else None
     from ..data.scaling import Scaler
     scaler = Scaler.from_json(meta.get("scale"), n_features, mj)
+    ids = meta.get("cluster_ids")
+    if ids is not None:
+        ids = np.asarray(ids)
+        if ids.shape != (algo.n_clusters,) or ids.dtype.kind not in "iu" or \
+                (ids.size and ids.min() < 0) or len(np.unique(ids)) != ids.size:
+            raise StreamclustError(f"{mj}: 'cluster_ids' must be {algo.n_clusters} distinct "
+                                   "non-negative integers")
     return {"algo": algo, "spec": spec, "n_features": n_features, "history": meta.get("history"),
-            "info": meta.get("info"), "scaler": scaler}
+            "info": meta.get("info"), "scaler": scaler, "cluster_ids": ids}

@@ -19,8 +19,10 @@ class Model:
     """A fitted clustering: ``predict``, streaming ``predict_to_parquet``, ``evaluate``, ``save``."""
 
     def __init__(self, algo: Algorithm, spec: FeatureSpec | None, n_features: int,
-                 history: list | None = None, info: dict | None = None, scaler=None):
+                 history: list | None = None, info: dict | None = None, scaler=None,
+                 cluster_ids=None):
         self.algorithm_ = algo
+        self._ids = None if cluster_ids is None else np.asarray(cluster_ids, np.int64)
         self.scaler = scaler  # streamclust.data.scaling.Scaler (fit(scale=...)) or None
         self.feature_spec = spec
         self.n_features = int(n_features)
@@ -38,6 +40,27 @@ class Model:
     @property
     def params(self) -> dict:
         return self.algorithm_.get_params()
+
+    @property
+    def cluster_ids(self) -> np.ndarray:
+        """The id ``predict`` reports for each of the algorithm's clusters (int64, length
+        ``n_clusters``): ``0 .. k-1`` after a fit; after an update a cluster that persisted
+        keeps its id and one that appeared gets an id never used before (see
+        :func:`streamclust.update`), so ids may exceed ``k - 1``.  The columns of a soft
+        assignment (``soft=True``) are in the algorithm's order: column j is ``cluster_ids[j]``."""
+        if self._ids is None:
+            return np.arange(self.n_clusters, dtype=np.int64)
+        return self._ids
+
+    def public_labels(self, labels) -> np.ndarray:
+        """The algorithm's labels (``0 .. k-1``, -1: none) as the model's cluster ids (int32)."""
+        labels = np.asarray(labels, dtype=np.int32)
+        if self._ids is None:
+            return labels
+        out = np.full(labels.shape, -1, np.int32)
+        ok = labels >= 0
+        out[ok] = self._ids[labels[ok]]
+        return out
 
     def __getattr__(self, name):
         # fitted attributes of the algorithm (``means_``, ``cluster_centers_`` ...)
@@ -74,7 +97,7 @@ class Model:
         if soft:
             _soft_top(True, self)
         a = self._predict_rows(self._check_matrix(X), soft=soft)
-        labels = np.asarray(a.labels, dtype=np.int32)
+        labels = self.public_labels(a.labels)
         return (labels, a.soft) if soft else labels
 
     def _open(self, data, on_invalid="error"):
@@ -140,8 +163,8 @@ class Model:
             with pq.ParquetWriter(tmp, schema) as w:
                 for b in d.iter_batches(batch_size, keep=keep):
                     a = self._predict_rows(b.X, soft=bool(top))
-                    labels = a.labels.astype(np.int32)
-                    extra = _soft_columns(a.soft, top, added[1:], b.kept)
+                    labels = self.public_labels(a.labels)
+                    extra = _soft_columns(a.soft, top, added[1:], b.kept, self._ids)
                     if b.kept is not None:
                         full = np.full(len(b.kept), -1, dtype=np.int32)
                         full[b.kept] = labels
@@ -241,7 +264,7 @@ def _soft_top(soft, model) -> int:
     return min(int(soft), model.n_clusters)
 
 
-def _soft_columns(P, top: int, names, kept) -> list:
+def _soft_columns(P, top: int, names, kept, ids=None) -> list:
     """The Arrow columns of the soft output (nulls for rows skipped as invalid)."""
     if not top:
         return []
@@ -257,9 +280,10 @@ def _soft_columns(P, top: int, names, kept) -> list:
 
     if names == ["soft"]:
         return [lists(P, P.shape[1], pa.float32())]
-    order = np.argsort(-P, axis=1, kind="stable")[:, :top].astype(np.int32)
+    order = np.argsort(-P, axis=1, kind="stable")[:, :top]
     probs = np.take_along_axis(P, order, axis=1)
-    return [lists(order, top, pa.int32()), lists(probs, top, pa.float32())]
+    clusters = (order if ids is None else ids[order]).astype(np.int32)  # the model's ids
+    return [lists(clusters, top, pa.int32()), lists(probs, top, pa.float32())]
 
 
 def load_model(path: str, host=None) -> "Model":

@@ -33,7 +33,11 @@ class Context:
     * ``rng(*stream)``: a NumPy generator fixed by the run's seed and the stream key;
     * ``passes``: the passes over the data run so far (both kinds, summaries included);
     * ``memory_budget``: bytes of ``memory_limit`` the algorithm may hold beyond the process, a
-      batch and its declared sample or coreset (what grows during a fit should stay in it).
+      batch and its declared sample or coreset (what grows during a fit should stay in it);
+    * ``old_rows``: in an update (:meth:`Algorithm.update`), the rows the model was fitted on
+      before it (rows ``old_rows ..`` are the new ones; 0 in a fit); ``rows_view(start, stop)``:
+      those rows as a data view for ``aggregate`` and ``scan``; ``grow_row_state``: a row-state
+      file of the old rows extended to all rows.
     """
 
     def __init__(self, cache: FeatureCache, work_dir: str, executor, n_clusters: int, seed: int,
@@ -54,6 +58,7 @@ class Context:
         self._samples = {}
         self._declared = {"coreset": 0, "sample": 0}
         self.knn = knn
+        self.old_rows = 0
         if memory_budget is None:
             from ..base.memory import BASELINE, batch_bytes, budget
             memory_budget = budget(None) - BASELINE - batch_bytes(batch_size, cache.n_features)
@@ -133,6 +138,39 @@ class Context:
                 pass
         return RowState(path, shape, dtype, fill, existing=False)
 
+    def grow_row_state(self, name: str, shape: tuple, dtype, fill=0) -> RowState:
+        """The row state ``name`` of the ``old_rows`` rows (as the fitted model left it)
+        extended to ``shape`` (all rows), the new rows set to ``fill``: written to a temporary
+        file and renamed, so a kill leaves the old file or the grown one.  A file that already
+        has ``shape`` (an update resumed after the growth) is reopened as it is."""
+        path = os.path.join(self.work_dir, f"state_{name}.npy")
+        old = np.lib.format.open_memmap(path, mode="r")
+        shape = tuple(shape)
+        if old.shape == shape and old.dtype == np.dtype(dtype):
+            del old
+            return RowState(path, shape, dtype, existing=True)
+        if old.shape[1:] != shape[1:] or old.shape[0] > shape[0] or old.dtype != np.dtype(dtype):
+            raise DataError(f"{path}: row state is {old.dtype}{old.shape}, cannot grow to "
+                            f"{np.dtype(dtype)}{shape}")
+        tmp = path + ".grow.npy"
+        new = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
+        step = 1 << 16
+        for s in range(0, old.shape[0], step):
+            e = min(old.shape[0], s + step)
+            new[s:e] = old[s:e]
+        if fill is not None:
+            new[old.shape[0]:] = fill
+        new.flush()
+        del new, old
+        os.replace(tmp, path)
+        return RowState(path, shape, dtype, existing=True)
+
+    def rows_view(self, start: int, stop: int | None = None) -> "RowRange":
+        """Rows ``start .. stop`` of the cache as a data view (batches keep their row ids, so
+        row state is indexed as in a pass over all rows): an update's passes over its new
+        rows, ``ctx.rows_view(ctx.old_rows)``."""
+        return RowRange(self.data, start, self.n_rows if stop is None else stop)
+
     def take(self, row_ids) -> np.ndarray:
         return self.data.take(row_ids)
 
@@ -204,3 +242,32 @@ class Context:
             from ..summaries import lightweight_coreset
             self._coresets[size] = lightweight_coreset(self, size, self.rng(0xC0DE, size))
         return self._coresets[size]
+
+
+class RowRange:
+    """Rows ``start .. stop`` of a feature cache as a data view (see ``Context.rows_view``)."""
+
+    def __init__(self, cache, start: int, stop: int):
+        if not 0 <= start <= stop <= cache.n_rows:
+            raise ValueError(f"rows {start}..{stop} outside 0..{cache.n_rows}")
+        self.cache, self.start, self.stop = cache, int(start), int(stop)
+
+    @property
+    def n_rows(self) -> int:
+        return self.stop - self.start
+
+    @property
+    def n_features(self) -> int:
+        return self.cache.n_features
+
+    @property
+    def X(self):
+        return self.cache.X[self.start:self.stop]
+
+    def rows(self, start: int, stop: int):
+        """Rows ``start .. stop`` of the view (positions in it), as a batch of row ids."""
+        return self.cache.rows(self.start + start, min(self.stop, self.start + stop))
+
+    def iter_batches(self, batch_size: int):
+        for s in range(0, self.n_rows, batch_size):
+            yield self.rows(s, s + batch_size)

@@ -52,6 +52,7 @@ class _State:
     show: bool
     checkpoints: bool
     info: dict
+    since: int = 0  # the first history record of this run (an update's records follow the fit's)
 
 
 def _check_int(name, value, low, high=2**31 - 1):
@@ -203,7 +204,8 @@ def _epoch(st: _State, epoch: int, host) -> bool:
     host.hook.streamclust_epoch_finished(run=run, report=record)
     if st.checkpoints:
         checkpoint.write(ctx.work_dir, st.identity, epoch + 1, run.history,
-                         {"start": st.info["start"], "distance_evaluations": ctx.distance_evaluations},
+                         {"start": st.info["start"], "distance_evaluations": ctx.distance_evaluations,
+                          "since": st.since},
                          algo.checkpoint())
     return bool(rep.converged) or "stopped" in record
 
@@ -211,7 +213,7 @@ def _epoch(st: _State, epoch: int, host) -> bool:
 def _loop(st: _State, first: int, max_epochs: int, host) -> bool:
     """Epochs ``first .. max_epochs - 1`` until one reports convergence (True) or a reason to
     stop (``EpochReport.stop``: False, the reason in the history)."""
-    last = st.run.history[-1] if st.run.history else {}
+    last = st.run.history[-1] if len(st.run.history) > st.since else {}
     if last.get("converged") or last.get("stopped"):
         return bool(last.get("converged"))
     with _bar(st.show, total=max_epochs, initial=first, unit="epoch", desc=st.algo.name) as bar:
@@ -229,7 +231,7 @@ def _finish(st: _State, converged: bool, host) -> Model:
     check()  # a SIGTERM whose exception was dropped (in a __del__) still stops the run here
     st.algo.finish(st.ctx)
     info = dict(st.info)
-    info.update(epochs=len(st.run.history), converged=converged,
+    info.update(epochs=len(st.run.history) - st.since, converged=converged,
                 seconds=time.perf_counter() - info.pop("t0"))
     if st.run.history and st.run.history[-1].get("stopped"):
         info["stopped"] = st.run.history[-1]["stopped"]
@@ -300,9 +302,17 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
                                                     "scale": scale, "memory_limit": limit})
         log.info("fitting %s (k=%s, seed %d, executor %s)", algo.name, algo.n_clusters, seed,
                  getattr(executor, "name", type(executor).__name__))
+        from .fitted_record import forget_base, write_base, write_no_base
         first = _begin(st, resume)
+        if not owned and "resumed_from_epoch" not in st.info:
+            forget_base(work_dir)  # the base of an earlier fit here no longer describes it
         host.hook.streamclust_run_started(run=st.run)
-        return _finish(st, _loop(st, first, max_epochs, host), host)
+        model = _finish(st, _loop(st, first, max_epochs, host), host)
+        if st.checkpoints and algo.can_update():  # what a later update starts from
+            write_base(work_dir, st.identity, model, st.ctx.data, algo.seed, model.n_clusters)
+        elif not owned:
+            write_no_base(work_dir, algo.name)
+        return model
 
 
 def _budget(memory_limit, algo, n_features, batch_size, knn_options, rows, executor):
