@@ -60,6 +60,7 @@ from streamclust.toolkit import (NON_NEGATIVE, ParameterError, afkmc2, afkmc2_st
 from .kernels import Accum, EStepConfig, GMMParams, estep, posterior
 from .index import start_from_index
 from .similarity import PairSums, dense_to_rows, pairs_to_rows, sim_rows, unpack_upper
+from .update import Updates
 
 DENSE_S_MAX = 2048
 #: up to this many clusters ``n_init`` 0 means 6 starts, above it 1: each start's greedy seeding
@@ -100,7 +101,7 @@ def estep_step(batch, state, params):
     return acc.sum_qy.sum(axis=0), acc.sum_q.sum(axis=0), acc.scal.sum(axis=0), S
 
 
-class DGMM(Algorithm):
+class DGMM(Updates, Algorithm):
     """Isotropic GMM with truncated posteriors over H clusters per row, R new candidates per
     row and epoch drawn from the cluster-similarity matrix S."""
 
@@ -186,6 +187,7 @@ class DGMM(Algorithm):
         self._view, self._start_view_only = self._start_view(ctx)
         n_view = self._view.n_rows if self._view is not None else ctx.n_rows
         self._K = ctx.row_state("dgmm_K", (n_view, self.H_), np.int32, fill=-1)
+        self._K_name_ = "dgmm_K"
         self.phase_ = "coreset" if self._view is not None else "full"
         if self.n_init_ > 1:
             self.phase_ = "starts"  # the first epoch fits every start (see _starts)
@@ -296,6 +298,12 @@ class DGMM(Algorithm):
         h = self.hyper
         evals0 = 0
         phase = self.phase_
+        if phase == "update":  # the first epoch of an update (update.py)
+            F, empty, evals = self._update_epoch(ctx)
+            return EpochReport(objective=F, converged=False, rows=int(len(self._K.array)),
+                               distance_evaluations=evals,
+                               extras={"sigma2": float(self.sigma2_), "empty_clusters": empty,
+                                       "phase": phase, "moves": self.moves_})
         if phase == "starts":
             F, empty, evals = self._starts(ctx)
             converged = self._view is not None and h["refine_epochs"] == 0 and \
@@ -309,6 +317,7 @@ class DGMM(Algorithm):
                                        "phase": phase, "starts": self.starts_})
         if phase == "refine" and self.refined_ == 0:  # K(n) of all rows from the tree
             self._K = ctx.row_state("dgmm_K_all", (ctx.n_rows, self.H_), np.int32, fill=-1)
+            self._K_name_ = "dgmm_K_all"
             evals0 = start_from_index(ctx, self.means_, self._K.array, ctx.rng(3, ctx.epoch),
                                       h["index_probe"])
             self.free_energy_ = None  # F of all rows: not comparable with the coreset's
@@ -342,23 +351,35 @@ class DGMM(Algorithm):
                 "sim_weights": self.sim_.weights, "H": int(self.H_), "R": int(self.R_),
                 "dense": bool(self.dense_), "K_rows": int(len(self._K.array)),
                 "phase": self.phase_, "refined": int(self.refined_), "starts": self.starts_,
-                "tree_start": bool(self._tree_start)}
+                "tree_start": bool(self._tree_start), "K_name": self._K_name_,
+                "moves": getattr(self, "moves_", [])}
 
-    def restore(self, ctx, state: dict) -> None:
+    @staticmethod
+    def _K_name(state) -> str:
+        """The row state holding K(n) in a checkpoint written before ``K_name`` was."""
+        return "dgmm_K_all" if state.get("phase") == "refine" and int(state.get("refined", 0)) \
+            else "dgmm_K"
+
+    def _restore_params(self, state: dict) -> None:
         self.H_, self.R_, self.dense_ = int(state["H"]), int(state["R"]), bool(state["dense"])
         self.means_ = np.ascontiguousarray(state["means"], dtype=np.float64)
         self.sigma2_ = float(state["sigma2"])
         self._sigma2_floor = float(state["sigma2_floor"])
         self.free_energy_ = state["free_energy"]
         self.sim_ = sim_rows(state["sim_indptr"], state["sim_indices"], state["sim_weights"])
+
+    def restore(self, ctx, state: dict) -> None:
+        self._restore_params(state)
         # the coreset is a function of the seed and the data: rebuilt, not stored
         self._view, self._start_view_only = self._start_view(ctx)
         self.phase_ = str(state.get("phase", "coreset" if self._view is not None else "full"))
         self.refined_ = int(state.get("refined", 0))
         self.starts_ = list(state.get("starts", []))
         self._tree_start = bool(state.get("tree_start", False))
-        name = "dgmm_K_all" if self.phase_ == "refine" and self.refined_ else "dgmm_K"
-        self._K = ctx.row_state(name, (int(state["K_rows"]), self.H_), np.int32, existing=True)
+        self.moves_ = list(state.get("moves", []))
+        self._K_name_ = str(state.get("K_name", self._K_name(state)))
+        self._K = ctx.row_state(self._K_name_, (int(state["K_rows"]), self.H_), np.int32,
+                                existing=True)
 
     # -- prediction and state -----------------------------------------------------------------
     @property

@@ -46,6 +46,7 @@ from streamclust.toolkit import (NON_NEGATIVE, POSITIVE, ParameterError, at_leas
 
 from . import kernels as kn
 from . import master as ms
+from .update import Updates
 
 log = logging.getLogger("streamclust.infex")
 
@@ -81,7 +82,7 @@ def _merge_score(a, b):
     return np.array([a[0] + b[0], min(a[1], b[1]), a[2] + b[2]])
 
 
-class INFEX(Algorithm):
+class INFEX(Updates, Algorithm):
     """Exemplar clustering by column generation; the number of exemplars is an outcome."""
 
     name = "infex"
@@ -148,6 +149,7 @@ class INFEX(Algorithm):
         h = self.hyper
         if h["coreset_size"]:
             cs = ctx.coreset(h["coreset_size"])
+            self._ids = np.asarray(cs.ids, np.int64)  # kept for an update (update.py)
             return np.ascontiguousarray(cs.X), np.asarray(cs.weights, np.float64)
         if ctx.n_rows > h["max_master_rows"]:
             raise ParameterError(f"{ctx.n_rows} rows are more than max_master_rows = "
@@ -190,9 +192,7 @@ class INFEX(Algorithm):
         if h["convex"]:
             Z = X.astype(np.float64)
         else:
-            n = len(X)
-            rows = (np.arange(n) if n <= h["starts"] else
-                    np.sort(ctx.rng(0x57A7, self._round).choice(n, h["starts"], replace=False)))
+            rows = self._start_rows(ctx, len(X))
             Z = self._climb(X, climb, X[self._starts(rows, climb)].astype(np.float64))
             if steer is not None:  # and the certificate's own climb
                 Z = np.vstack([Z, self._climb(X, log_eta, X[self._starts(rows, log_eta)]
@@ -323,12 +323,26 @@ class INFEX(Algorithm):
         return most_columns(len(self._X), d, ctx.memory_budget)
 
     def checkpoint(self) -> dict:
-        return {"Z": self._Z, "q": self._q, "bandwidth": self.kernel_.h, "round": self._round,
-                "objs": np.asarray(self._objs, np.float64),
-                "certified": self._certified, "delta": self._delta, "solved": self._solved}
+        st = {"Z": self._Z, "q": self._q, "bandwidth": self.kernel_.h, "round": self._round,
+              "objs": np.asarray(self._objs, np.float64),
+              "certified": self._certified, "delta": self._delta, "solved": self._solved}
+        if getattr(self, "_ids", None) is not None:  # the coreset's rows: an update grows them
+            st.update(master_ids=self._ids, master_w=self._w)
+        if getattr(self, "_first_new", None) is not None:
+            st["first_new"] = int(self._first_new)
+        return st
 
     def restore(self, ctx, state: dict) -> None:
-        self._X, self._w = self._master_rows(ctx)  # the coreset is a function of the seed
+        if "first_new" in state and "master_ids" in state:  # an update's coreset rows
+            self._ids, self._w = np.asarray(state["master_ids"]), np.asarray(state["master_w"])
+            self._X = np.ascontiguousarray(ctx.take(self._ids))
+        else:
+            self._X, self._w = self._master_rows(ctx)  # the coreset is a function of the seed
+        if "first_new" in state:
+            self._first_new = int(state["first_new"])
+        self._restore_columns(state)
+
+    def _restore_columns(self, state: dict) -> None:
         self.kernel_ = kn.Kernel(kn.KINDS[self.hyper["kernel"]], float(state["bandwidth"]))
         self._Z, self._q = np.array(state["Z"], np.float64), np.array(state["q"], np.float64)
         self._round, self._certified = int(state["round"]), bool(state["certified"])

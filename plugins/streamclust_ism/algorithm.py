@@ -57,6 +57,7 @@ from . import kernels as kn
 from . import search
 from . import spectral as sp
 from .model import NystromModel
+from .update import Updates
 
 TOL_W = 1e-4
 log = logging.getLogger("streamclust.ism")
@@ -77,7 +78,7 @@ def _subspace_change(A: np.ndarray, B: np.ndarray) -> float:
     return float(np.sqrt(max(2.0 * c - 2.0 * np.sum((A.T @ B) ** 2), 0.0) / c))
 
 
-class ISM(NystromModel, Algorithm):
+class ISM(Updates, NystromModel, Algorithm):
     """Alternative clustering (KDAC) solved with the Iterative Spectral Method on a sample."""
 
     name = "ism"
@@ -133,11 +134,11 @@ class ISM(NystromModel, Algorithm):
                  f"ISM's four n × n kernels on {n} sampled rows", "sample_size")]
 
     # -- fitting ----------------------------------------------------------------------------
-    def _load_sample(self, ctx):
-        """The sample (a function of the seed and the data) and its labels."""
+    def _load_sample(self, ctx, ids=None):
+        """The sample (a function of the seed and the data, or the rows ``ids``), its labels."""
         h = self.hyper
         c = self.n_clusters
-        ids, Xs = ctx.sample(h["sample_size"])
+        ids, Xs = ctx.sample(h["sample_size"]) if ids is None else (ids, ctx.take(ids))
         n, d = Xs.shape
         if n <= c:
             raise DataError(f"ISM needs more sampled rows ({n}) than clusters ({c})")
@@ -217,10 +218,14 @@ class ISM(NystromModel, Algorithm):
                 "sigma": float(self.sigma_), "lambda_value": float(self.lambda_),
                 "q": int(self.q_), "stage_q": int(self._stage_q), "round": int(self._round),
                 "phi0_eigenvalues": self.phi0_eigenvalues_, "candidate": int(self._cand),
-                "tried": np.asarray(self._tried, dtype=np.float64), "final": bool(self._final)}
+                "tried": np.asarray(self._tried, dtype=np.float64), "final": bool(self._final),
+                "sample_ids": np.asarray(self.sample_ids_, np.int64),
+                "grown": bool(getattr(self, "_grown", False))}
 
     def restore(self, ctx, state: dict) -> None:
-        self._load_sample(ctx)
+        # an update's sample is not ctx.sample() of all rows: its ids are in the checkpoint
+        self._grown = bool(state.get("grown", False))
+        self._load_sample(ctx, np.asarray(state["sample_ids"], np.int64) if self._grown else None)
         self._cand = int(state.get("candidate", 0))
         if not 0 <= self._cand < len(self._cands):
             raise ParameterError(f"ISM checkpoint: candidate {self._cand} of {len(self._cands)}")

@@ -68,6 +68,7 @@ from streamclust.toolkit import (NON_NEGATIVE, POSITIVE, DataError, ParameterErr
                                 kmeans)
 
 from . import kernels as kn
+from .update import Updates
 
 MODES = {"max": 1, "all": 2}
 BALANCES = {"hard": 0, "soft": 1, "capped": 2}
@@ -99,7 +100,7 @@ def _combine(carries, rows):
     return net, bal
 
 
-class NCutEmb(Algorithm):
+class NCutEmb(Updates, Algorithm):
     """Functional embedding for clustering, trained by SGD over neighbour pairs."""
 
     name = "ncutemb"
@@ -146,6 +147,9 @@ class NCutEmb(Algorithm):
                              "(global) or per-feature standard deviation, or left raw (none)",
                              choices=("global", "feature", "none")),
         "block_rows": Param(4096, int, "draws per block of the ordered pass", at_least(1)),
+        "update_epochs": Param(5, int, "epochs of an update: each draws every new row once as "
+                               "anchor and as many old rows (a replay, so f keeps them)",
+                               at_least(1)),
         "syncs": Param(8, int, "parts of an epoch after each of which a distributed executor "
                        "averages the workers' weights (no effect on a local fit)", at_least(1)),
     }
@@ -242,6 +246,7 @@ class NCutEmb(Algorithm):
         self._bal = kn.Balance(ring, np.bincount(ring, minlength=self.n_clusters).astype(np.float64),
                                np.zeros(1, np.int64), np.zeros(4), np.zeros(self.n_clusters))
         self._avg, self._n_avg, self._epoch = None, 0, 0
+        self._update_epoch, self._draws = -1, 0.0  # -1: not an update
         self.net_ = self._net
 
     def run_epoch(self, ctx):
@@ -251,10 +256,15 @@ class NCutEmb(Algorithm):
         h, e = self.hyper, self._epoch
         lr = h["learning_rate"] / ctx.n_features / (1.0 + h["lr_decay"] * e)
         mode = 0 if self.n_clusters == 2 else MODES[h["multiclass"]]
-        cfg = kn.Config(mode, BALANCES[h["balance"]], lr, h["eta_pos"], h["eta_neg"],
-                        h["cap"] if h["balance"] == "capped" else h["xi"],
-                        h["rounds"], self.seed, e, self.n_clusters, h["l2"], h["hinge"] == "cs",
-                        h["redirect"], float(e) * ctx.n_rows, float(h["lr_draws"]))
+
+        def cfg_of(first=0, count=0, draws=float(e) * ctx.n_rows):
+            return kn.Config(mode, BALANCES[h["balance"]], lr, h["eta_pos"], h["eta_neg"],
+                             h["cap"] if h["balance"] == "capped" else h["xi"], h["rounds"],
+                             self.seed, e, self.n_clusters, h["l2"], h["hinge"] == "cs",
+                             h["redirect"], float(draws), float(h["lr_draws"]), first, count)
+        if self._update_epoch >= 0:  # an update (update.py)
+            return self._update_step(ctx, cfg_of, _sgd_step, _combine)
+        cfg = cfg_of()
         spread, m = 0.0, h["syncs"]
         sums, chosen = np.zeros(4), np.zeros(self.n_clusters)
         for i in range(m):  # the counters start at 0 in every part (shares' counters are summed)
@@ -338,7 +348,7 @@ class NCutEmb(Algorithm):
         if self._avg is not None:
             out.update({f"avg_{i}": a for i, a in enumerate(self._avg)})
         out.update(mean=self.scale_.mean, inv_std=self.scale_.inv_std, epoch=self._epoch,
-                   n_avg=self._n_avg)
+                   n_avg=self._n_avg, update_epoch=self._update_epoch, draws=self._draws)
         return out
 
     def restore(self, ctx, state: dict) -> None:
@@ -349,4 +359,6 @@ class NCutEmb(Algorithm):
         self._n_avg, self._epoch = int(state["n_avg"]), int(state["epoch"])
         self._avg = [np.array(state[f"avg_{i}"]) for i in range(4)] if self._n_avg else None
         self.net_ = kn.Net(*[a / self._n_avg for a in self._avg]) if self._avg else self._net
+        self._update_epoch = int(state.get("update_epoch", -1))
+        self._draws = float(state.get("draws", 0.0))
 

@@ -23,9 +23,12 @@ Scale = namedtuple("Scale", "mean inv_std")
 #: ``seed`` / ``epoch`` the random streams; ``n_clusters``; ``l2`` the weight decay per row
 #: (× lr); ``cs``: the multiclass hinge of Crammer & Singer instead of one-vs-rest; ``draws``
 #: the draws of the earlier epochs and ``decay`` the draws after which the rate has halved (the
-#: rate of the draw at position p is lr / (1 + (draws + p) / decay); 0: constant)
+#: rate of the draw at position p is lr / (1 + (draws + p) / decay); 0: constant); ``first`` /
+#: ``count``: with count > 0 the anchors are rows first .. first + count (an update's new rows,
+#: or its replay of old ones) and position p takes the anchor at p - first of their permutation
 Config = namedtuple("Config", "mode soft lr eta_pos eta_neg xi rounds seed epoch n_clusters l2 cs "
-                    "redirect draws decay")
+                    "redirect draws decay first count")
+Config.__new__.__defaults__ = (0, 0)
 #: the balancing memory: the last N predicted classes (``ring``, -1: empty), their counts per
 #: class, the ring's next slot (``pos[0]``) and the epoch's sums (``sums``: loss, neighbour steps,
 #: steps skipped by balancing, random-pair steps) and the classes chosen this epoch (``chosen``)
@@ -333,7 +336,10 @@ def sgd_block(n, start, pairs, net, scale, cfg, bal):
     s = rng_init(cfg.seed, 0x4E43 + cfg.epoch, start)
     key = np.uint64(rng_init(cfg.seed, 0x5045 + cfg.epoch, 0))
     for p in range(start, start + n):
-        r = permuted(p, N, key)
+        if cfg.count > 0:  # an update's anchors: rows first .. first + count
+            r = cfg.first + permuted(p - cfg.first, cfg.count, key)
+        else:
+            r = permuted(p, N, key)
         lr = cfg.lr / (1.0 + (cfg.draws + p) / cfg.decay) if cfg.decay > 0.0 else cfg.lr
         if cfg.l2 > 0.0:
             decay(net, 1.0 - lr * cfg.l2)

@@ -52,9 +52,10 @@ from .passes import (bound_step, energy_step, jacobi, kernel_only_step, kernel_s
 from .params import PARAMS, parse_grid
 from .sample import SampleSolve
 from .starts import Starts
+from .update import Updates
 
 
-class SLK(Starts, Algorithm):
+class SLK(Updates, Starts, Algorithm):
     """Scalable Laplacian K-modes on the engine's kNN graph (modes are rows of the data)."""
 
     name = "slk"
@@ -90,6 +91,7 @@ class SLK(Starts, Algorithm):
 
     # -- fit ------------------------------------------------------------------------------------
     def start(self, ctx) -> None:
+        self._update_mode = ""
         self._setup(ctx, existing=False)
         self._inits = {}
         self._best = None
@@ -160,7 +162,7 @@ class SLK(Starts, Algorithm):
               "cur": self._cur, "lam": self._lam, "E": list(self._E),
               "mode_ids": self.mode_ids_, "modes": self._modes, "init_keys": keys,
               "init_ids": np.array([self._inits[k] for k in keys], np.int64).reshape(len(keys), -1),
-              "best": None}
+              "best": None, "sigma2": self.sigma2_, "update_mode": self._update_mode}
         if self._best is not None:
             b = self._best
             st["best"] = {"score": b["score"], "run": b["run"], "lambda": b["lambda"], "E": b["E"]}
@@ -169,6 +171,10 @@ class SLK(Starts, Algorithm):
 
     def restore(self, ctx, state: dict) -> None:
         self._setup(ctx, existing=True)
+        self._update_mode = str(state.get("update_mode", ""))
+        if "sigma2" in state and self._update_mode:  # an update keeps the fit's kernel
+            self.sigma2_ = float(state["sigma2"])
+            self._inv2s2 = 1.0 / (2.0 * self.sigma2_)
         self._run, self._cur, self._lam = int(state["run"]), int(state["cur"]), float(state["lam"])
         self._E = [float(e) for e in state["E"]]
         if "runs" in state:  # checkpoints before grid_search have the full product
@@ -193,6 +199,8 @@ class SLK(Starts, Algorithm):
 
     def run_epoch(self, ctx) -> EpochReport:
         h = self.hyper
+        if self._update_mode == "extend":  # an update's new rows (update.py)
+            return self._extend_new_rows(ctx)
         if self._sample is not None:  # reference rows: solved on the sample, then extended
             ctx.count_distances(ctx.aggregate(kernel_only_step, (self._modes, self._inv2s2),
                                               state=(self._A,)))

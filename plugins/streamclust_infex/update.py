@@ -1,0 +1,58 @@
+"""INFEX's update (issue 46): column generation warm-started from the fitted exemplars.
+
+The master rows grow by the new rows: with a coreset, the fit's coreset (its row ids and
+weights, kept in the checkpoint) and a uniform sample of the new rows of ``coreset_size`` ·
+new / old rows (at least ``MIN_NEW`` or all of them), each weighted by the rows it stands for
+(the merge step of merge-and-reduce; a uniform sample is an unbiased coreset of its rows);
+without one, every row.  The columns start as the fitted exemplars, the bandwidth is the
+fit's, and the rounds then run as a fit's: the master gives the duals, pricing climbs from the
+master rows — from every new master row first, then from old ones — and new columns enter
+while a reduced cost exceeds ``epsilon``.  Data the fit did not have (a new class) holds rows
+of large dual weight, and pricing places an exemplar there: k grows.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+#: the fewest new rows a coreset update samples (all new rows when there are fewer)
+MIN_NEW = 200
+
+
+class Updates:
+    """The update of :class:`~streamclust_infex.algorithm.INFEX` (a mixin)."""
+
+    def update(self, ctx, state: dict) -> None:
+        h = self.hyper
+        if h["coreset_size"]:
+            if "master_ids" not in state:
+                raise RuntimeError("INFEX: the fitted run's checkpoint lacks its coreset rows "
+                                   "(written by an older version): refit once")
+            ids, w = np.asarray(state["master_ids"], np.int64), np.asarray(state["master_w"])
+            n_old, n = ctx.old_rows, ctx.n_rows
+            m = min(n - n_old, max(MIN_NEW, int(np.ceil(h["coreset_size"] * (n - n_old) / n_old))))
+            new = np.sort(ctx.rng(0x1FE, n).choice(n - n_old, m, replace=False)) + n_old
+            self._ids = np.concatenate([ids, new])
+            self._w = np.concatenate([w, np.full(m, (n - n_old) / m)])
+            self._X = np.ascontiguousarray(ctx.take(self._ids))
+        else:
+            self._X, self._w = self._master_rows(ctx)
+            self._ids = None
+        self._restore_columns(state)
+        self._objs, self._certified, self._solved, self._full = [], False, False, False
+        self._first_new = int(np.searchsorted(self._ids, ctx.old_rows)) if self._ids is not None \
+            else ctx.old_rows  # master rows from here on are new
+
+    def _start_rows(self, ctx, n: int) -> np.ndarray:
+        """Where pricing climbs from: ``starts`` master rows; in an update the new ones first."""
+        starts = self.hyper["starts"]
+        if n <= starts:
+            return np.arange(n)
+        rng = ctx.rng(0x57A7, self._round)
+        first = getattr(self, "_first_new", None)
+        if first is None or first >= n:
+            return np.sort(rng.choice(n, starts, replace=False))
+        new = np.arange(first, n)
+        if len(new) >= starts:
+            return np.sort(rng.choice(new, starts, replace=False))
+        old = rng.choice(first, starts - len(new), replace=False)
+        return np.sort(np.concatenate([old, new]))
