@@ -240,10 +240,12 @@ class DGMM(Updates, Algorithm):
             self._K.array[:, 0] = near
         self.free_energy_ = None
 
-    def _em(self, ctx, key: int, first: bool, data):
+    def _em(self, ctx, key: int, first: bool, data, fixed=None):
         """One truncated EM iteration over ``data`` (the coreset view, or None: all rows) with
         the random streams of ``key``: updates the means, σ² and S; returns (F, empty
-        clusters, distance evaluations)."""
+        clusters, distance evaluations).  ``fixed``: sufficient statistics (Σ q y, Σ q, [W,
+        Σ w q d, Σ w lse]) of rows outside ``data`` whose posteriors stay as they are (an
+        update's old rows), added before the M-step."""
         M, D = self.means_.shape
         h = self.hyper
         hard = first and h["sigma2_init"] == "hard"
@@ -255,6 +257,12 @@ class DGMM(Updates, Algorithm):
                   numba.get_num_threads())
         sum_qy, sum_q, scal, S = ctx.aggregate(estep_step, params, data=data,
                                               state=(self._K.array,))
+        if data is None:  # all rows: what an update keeps of them (update.py)
+            self._stats = (sum_q.copy(), np.array(scal[:3], np.float64), ctx.n_rows)
+        if fixed is not None:  # the old rows' statistics with the new rows': all rows' again
+            sum_qy, sum_q = sum_qy + fixed[0], sum_q + fixed[1]
+            scal = np.concatenate([np.asarray(scal[:3]) + fixed[2], [scal[3]]])
+            self._stats = (sum_q.copy(), np.array(scal[:3], np.float64), ctx.n_rows)
         W, wqd, wlse, evals = scal
         live = sum_q > 0
         self.means_[live] = sum_qy[live] / sum_q[live, None]
@@ -299,11 +307,12 @@ class DGMM(Updates, Algorithm):
         evals0 = 0
         phase = self.phase_
         if phase == "update":  # the first epoch of an update (update.py)
-            F, empty, evals = self._update_epoch(ctx)
-            return EpochReport(objective=F, converged=False, rows=int(len(self._K.array)),
+            F, empty, evals, converged = self._update_epoch(ctx)
+            return EpochReport(objective=F, converged=converged, rows=int(len(self._K.array)),
                                distance_evaluations=evals,
                                extras={"sigma2": float(self.sigma2_), "empty_clusters": empty,
-                                       "phase": phase, "moves": self.moves_})
+                                       "phase": phase, "moves": self.moves_,
+                                       "new_rows_em_steps": getattr(self, "update_steps_", 0)})
         if phase == "starts":
             F, empty, evals = self._starts(ctx)
             converged = self._view is not None and h["refine_epochs"] == 0 and \
@@ -352,7 +361,7 @@ class DGMM(Updates, Algorithm):
                 "dense": bool(self.dense_), "K_rows": int(len(self._K.array)),
                 "phase": self.phase_, "refined": int(self.refined_), "starts": self.starts_,
                 "tree_start": bool(self._tree_start), "K_name": self._K_name_,
-                "moves": getattr(self, "moves_", [])}
+                "moves": getattr(self, "moves_", []), **self._stats_state()}
 
     @staticmethod
     def _K_name(state) -> str:
@@ -377,6 +386,9 @@ class DGMM(Updates, Algorithm):
         self.starts_ = list(state.get("starts", []))
         self._tree_start = bool(state.get("tree_start", False))
         self.moves_ = list(state.get("moves", []))
+        if "stats_q" in state:
+            self._stats = (np.asarray(state["stats_q"]), np.asarray(state["stats_scal"]),
+                           int(state["stats_rows"]))
         self._K_name_ = str(state.get("K_name", self._K_name(state)))
         self._K = ctx.row_state(self._K_name_, (int(state["K_rows"]), self.H_), np.int32,
                                 existing=True)

@@ -10,10 +10,16 @@
    data the fitted rows did not have.  Moves repeat while kept (at most ``MAX_MOVES``).  When
    new rows come from the old clusters, a cluster of mostly new rows cannot form and no move is
    kept, so old rows keep their clusters.
-2. **EM on all rows** from the fitted means (or the moved ones), each row's candidates K(n):
-   the fitted rows keep theirs, the new rows' (all rows' after a move) come from the tree
-   over the means; epochs until |ΔF/F| < ``tol`` (at least two: F of the grown data is not
-   comparable with the fit's).
+2. **EM on the new rows** (no move kept): the old rows keep their posteriors, summed in the
+   sufficient statistics of the fit's last E-step over all rows (Σ q, and Σ q y = means · Σ q,
+   kept in the checkpoint; one E-step pass over the old rows at the fitted means when the fit
+   ended on a coreset); the new rows' K(n) come from the tree over the means, and EM
+   iterations over the new rows alone add their statistics to the old ones before each M-step
+   (incremental EM, Neal & Hinton 1998: the bound stays valid with the old rows' posteriors
+   fixed) until |ΔF/F| < ``tol``, all inside the update's one epoch.  Its cost is the new rows';
+   the old rows' labels move only as far as the means do.
+3. **EM on all rows** after a kept move (the moved cluster's old rows must go elsewhere): every
+   row's K(n) from the tree over the means, then epochs over all rows until |ΔF/F| < ``tol``.
 """
 from __future__ import annotations
 
@@ -23,6 +29,9 @@ from streamclust.toolkit import WeightedSample, pairwise_sqdist
 
 from .index import start_from_index
 from .similarity import sim_rows
+
+#: EM steps of an update's new rows at most (as a start's)
+START_MAX_ITER = 100
 
 #: a move is kept only when at least this share of the moved cluster's mass is new rows
 MOVE_NEW_SHARE = 0.5
@@ -52,19 +61,61 @@ class Updates:
         self.phase_ = "update"
         self.free_energy_ = None
         self.moves_ = []
+        self._fit_stats = (state["stats_q"], state["stats_scal"], int(state["stats_rows"])) \
+            if "stats_q" in state else None
+
+    def _stats_state(self) -> dict:
+        """The last all-rows E-step's Σ q and [W, Σ w q d, Σ w lse] for the checkpoint."""
+        st = getattr(self, "_stats", None)
+        if st is None:
+            return {}
+        return {"stats_q": st[0], "stats_scal": st[1], "stats_rows": int(st[2])}
 
     def _update_epoch(self, ctx):
-        """The update's first epoch: moves on the sample, K(n) from the tree for the rows that
-        need it, one EM iteration on all rows.  Returns (F, empty, distance evaluations)."""
+        """The update's epoch: moves on the sample; without a kept move, EM on the new rows to
+        ``tol`` (converged), else K(n) of all rows from the tree and one EM iteration on all
+        rows (phase ``full`` goes on).  Returns (F, empty, distance evaluations, converged)."""
+        h = self.hyper
         evals = self._moves(ctx)
         moved = any(m["kept"] for m in self.moves_)
-        data = None if moved or (self._K.array[:ctx.old_rows, 0] < 0).any() else \
-            ctx.rows_view(ctx.old_rows)
+        old_K = not (self._K.array[:ctx.old_rows, 0] < 0).any()
+        new = ctx.rows_view(ctx.old_rows)
         evals += start_from_index(ctx, self.means_, self._K.array, ctx.rng(5, ctx.epoch),
-                                  self.hyper["index_probe"], data=data)
-        F, empty, e = self._em(ctx, ctx.epoch, False, None)
-        self.phase_ = "full"
-        return F, empty, evals + e
+                                  h["index_probe"], data=new if old_K and not moved else None)
+        if moved:
+            F, empty, e = self._em(ctx, ctx.epoch, False, None)
+            self.phase_ = "full"
+            return F, empty, evals + e, False
+        fixed, e = self._old_stats(ctx)
+        evals += e
+        prev = None
+        for it in range(START_MAX_ITER):  # the streams of this epoch, step it
+            F, empty, e = self._em(ctx, MOVE_KEY - 1 - it - 128 * ctx.epoch, False, new, fixed)
+            evals += e
+            if prev is not None and abs((F - prev) / F) < h["tol"]:
+                break
+            prev = F
+        self.free_energy_, self.phase_ = F, "full"
+        self.update_steps_ = it + 1
+        return F, empty, evals, True
+
+    def _old_stats(self, ctx):
+        """(Σ q y, Σ q, [W, Σ w q d, Σ w lse]) of the old rows at the fitted parameters: from
+        the fit's last E-step over all rows, else one E-step pass over them (no M-step)."""
+        st = self._fit_stats
+        evals = 0
+        if st is None or st[2] != ctx.old_rows:
+            from .algorithm import estep_step  # (algorithm imports this module)
+            from .kernels import EStepConfig, GMMParams
+            import numba
+            cfg = EStepConfig(self.H_, 0, self.seed, MOVE_KEY - 1, 0, self.dense_, False)
+            params = (GMMParams(self.means_, float(self.sigma2_)), self.sim_, cfg,
+                      numba.get_num_threads())
+            _, sum_q, scal, _ = ctx.aggregate(estep_step, params, data=ctx.rows_view(0, ctx.old_rows),
+                                              state=(self._K.array,))
+            st, evals = (sum_q, np.asarray(scal[:3], np.float64), ctx.old_rows), int(scal[3])
+        sum_q = np.asarray(st[0], np.float64)
+        return (self.means_ * sum_q[:, None], sum_q, np.asarray(st[1], np.float64)), evals
 
     def _sample_view(self, ctx):
         """``start_rows`` old rows and as many new ones (uniform within each part), weighted by

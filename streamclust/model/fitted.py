@@ -178,6 +178,19 @@ class Model:
                         progress(len(labels))
         return {"rows": rows, "skipped": skipped, "out": out}
 
+    def predict_batches(self, source, keep=None, batch_size: int = 65536,
+                        on_invalid: str = "error", soft: int | bool = 0):
+        """Label a stream without writing files: yields one :class:`pyarrow.RecordBatch` per
+        input batch (at most ``batch_size`` rows) with the ``keep`` columns (default: every
+        non-feature column) and ``cluster`` (int32, the model's ids; -1 for rows skipped under
+        ``on_invalid='skip'``), and with ``soft`` the columns of :meth:`predict_to_parquet`.
+        ``source``: a ``pyarrow.RecordBatchReader`` (DuckDB's ``fetch_record_batch()``, a
+        Flight stream …), a pyarrow dataset or Table, anything with the Arrow C stream interface
+        (a polars DataFrame), or an iterable of record batches, tables or pandas / polars data
+        frames of one schema.  Memory holds one batch: the stream is read as it is consumed."""
+        from .streaming import predict_batches
+        return predict_batches(self, source, keep, batch_size, on_invalid, soft)
+
     def evaluate(self, data, labels, batch_size: int = 65536, on_invalid: str = "error") -> dict:
         """Stream ``data`` and score the clustering against column ``labels``: ``nmi``, ``acc``
         (one-to-one Hungarian matching of clusters to classes), ``acc_many_to_one`` (each cluster

@@ -1,0 +1,113 @@
+"""Batches in, labelled batches out: :meth:`Model.predict_batches` over a stream of Arrow
+record batches, in memory bounded by one batch (no file is written)."""
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from ..data.batch import Data
+from ..data.sources import TableSource, _frame_to_arrow
+from ..errors import DataError
+
+
+def as_reader(source) -> pa.RecordBatchReader:
+    """A one-shot :class:`pyarrow.RecordBatchReader` over ``source``: a reader, a pyarrow
+    dataset, Table or RecordBatch, anything with the Arrow C stream interface (DuckDB results,
+    polars frames), a pandas / polars DataFrame, or an iterable of record batches, tables or
+    data frames (all of one schema).  Nothing is read ahead beyond the first item."""
+    if isinstance(source, pa.RecordBatchReader):
+        return source
+    if isinstance(source, (pa.Table, pa.RecordBatch)):
+        return (source if isinstance(source, pa.Table) else pa.Table.from_batches([source])).to_reader()
+    try:
+        import pyarrow.dataset as pads
+        if isinstance(source, pads.Dataset):
+            return source.scanner().to_reader()
+    except ImportError:  # pragma: no cover - pyarrow always has it here
+        pass
+    if hasattr(source, "__arrow_c_stream__") and not _is_frame(source):
+        return pa.RecordBatchReader.from_stream(source)
+    frame = _frame_to_arrow(source)
+    if frame is not None:
+        return frame.to_reader()
+    if isinstance(source, (str, bytes)) or not hasattr(source, "__iter__"):
+        raise DataError(f"predict_batches: cannot stream a {type(source).__name__}; give a "
+                        "RecordBatchReader, a pyarrow dataset, or an iterable of record batches or "
+                        "data frames (for files use predict_to_parquet)")
+    items = iter(source)
+    first = next(items, None)
+    if first is None:
+        raise DataError("predict_batches: the stream is empty")
+    head = _batches(first)
+    schema = head[0].schema if head else _table(first).schema
+
+    def gen():
+        yield from head
+        for i, item in enumerate(items, 1):
+            for b in _batches(item):
+                if not b.schema.equals(schema):
+                    raise DataError(f"predict_batches: item {i} of the stream has schema "
+                                    f"{b.schema}, the first had {schema}")
+                yield b
+    return pa.RecordBatchReader.from_batches(schema, gen())
+
+
+def _is_frame(obj) -> bool:
+    return type(obj).__module__.split(".")[0] in ("pandas", "polars")
+
+
+def _table(item) -> pa.Table:
+    if isinstance(item, pa.Table):
+        return item
+    if isinstance(item, pa.RecordBatch):
+        return pa.Table.from_batches([item])
+    t = _frame_to_arrow(item)
+    if t is None:
+        raise DataError(f"predict_batches: an item of type {type(item).__name__} in the stream; "
+                        "expected record batches, tables or data frames")
+    return t
+
+
+def _batches(item) -> list:
+    return [item] if isinstance(item, pa.RecordBatch) else _table(item).to_batches()
+
+
+def predict_batches(model, source, keep=None, batch_size: int = 65536, on_invalid: str = "error",
+                    soft: int | bool = 0) -> Iterator[pa.RecordBatch]:
+    """See :meth:`streamclust.Model.predict_batches`."""
+    from .fitted import _soft_columns, _soft_top
+    top = _soft_top(soft, model)
+    reader = as_reader(source)
+    spec = model.feature_spec
+    names = reader.schema.names
+    for c in spec.columns:
+        if c not in names:
+            raise DataError(f"predict_batches: the stream has no feature column '{c}' (columns: "
+                            f"{names})")
+    keep = [n for n in names if n not in spec.columns] if keep is None else list(keep)
+    for c in keep:
+        if c not in names:
+            raise DataError(f"predict_batches: the stream has no column '{c}' to keep")
+    added = ["cluster"] + ([] if not top else ["soft"] if top == model.n_clusters and soft is True
+                           else ["soft_clusters", "soft_probs"])
+    clash = sorted(set(added) & set(keep))
+    if clash:
+        raise DataError(f"predict_batches: column(s) {clash} would be overwritten; do not keep them")
+    fields = [reader.schema.field(c) for c in keep] + [pa.field("cluster", pa.int32())]
+    fields += [pa.field(c, pa.list_(pa.int32() if c == "soft_clusters" else pa.float32()))
+               for c in added[1:]]
+    schema = pa.schema(fields)
+    data = Data(TableSource(reader, "<stream>"), spec, model.n_features, on_invalid, tuple(keep))
+    for b in data.iter_batches(batch_size, keep=keep):
+        a = model._predict_rows(b.X, soft=bool(top))
+        labels = model.public_labels(a.labels)
+        extra = _soft_columns(a.soft, top, added[1:], b.kept, model._ids)
+        if b.kept is not None:
+            full = np.full(len(b.kept), -1, dtype=np.int32)
+            full[b.kept] = labels
+            labels = full
+        cols = [b.columns.column(c).combine_chunks() for c in keep] if keep else []
+        yield pa.RecordBatch.from_arrays(cols + [pa.array(labels, pa.int32())] + extra,
+                                         schema=schema)
