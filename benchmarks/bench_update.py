@@ -7,10 +7,11 @@ run (issue 46).
 
 The rows are ``make_digits.py``'s deformed digits (50 wide, ``label`` the digit; generated
 once into ``--data-dir``) in files of ``rows · new`` rows: the first ``rows`` rows are fitted,
-then each of ``--steps`` files is added and the model updated.  ``--drift D``: the fitted files
-hold no digit D (its rows are dropped from them), the added files hold every digit; the table
-then says whether the updated model (and the refit) gave D a cluster of its own: a cluster
-holding ≥ 50 % of D's rows, of which D makes ≥ 50 %.
+then each of ``--steps`` files is added and the model updated.  ``--drift D``: a new class
+arrives; the fitted files hold no digit D (its rows are dropped from them) and each added file
+holds ``rows · new`` rows of digit D only (taken from further generated files); the table then
+says whether the updated model (and the refit) gave D a cluster of its own: a cluster holding
+≥ 50 % of D's rows, of which D makes ≥ 50 %.
 
 Per step: the update's wall time (feature cache append, kNN graph extension and the algorithm's
 update, as ``streamclust.update`` returns), the refit's (cache, graph and fit from nothing, in a
@@ -33,6 +34,7 @@ import time
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 from sklearn.metrics import adjusted_rand_score
@@ -50,7 +52,7 @@ FITS = {"dgmm": (10, {}), "slk": (10, {}), "ncutemb": (10, {}),
 
 def ensure_data(root, rows, file_rows, steps, drift):
     """The source files: ``rows / file_rows`` fitted files then ``steps`` added ones."""
-    total = rows + steps * file_rows
+    total = rows + steps * file_rows * (1 if drift is None else 12)
     src = os.path.join(root, f"digits-{total}-{file_rows}")
     if len(glob.glob(os.path.join(src, "*.parquet"))) * file_rows < total:
         shutil.rmtree(src, ignore_errors=True)
@@ -60,17 +62,25 @@ def ensure_data(root, rows, file_rows, steps, drift):
     base, added = files[:rows // file_rows], files[rows // file_rows:][:steps]
     if drift is None:
         return base, added
-    out = os.path.join(root, f"digits-{total}-{file_rows}-without-{drift}")
+    out = os.path.join(root, f"digits-{total}-{file_rows}-drift-{drift}")
     if not os.path.isdir(out):
         tmp = out + ".tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         os.makedirs(tmp)
         for f in base:
             t = pq.read_table(f)
-            keep = pa.compute.not_equal(t["label"], drift)
+            keep = pc.not_equal(t["label"], drift)
             pq.write_table(t.filter(keep), os.path.join(tmp, os.path.basename(f)))
+        rest = pads.dataset(files[len(base):]).to_table()
+        only = rest.filter(pc.equal(rest["label"], drift))
+        if only.num_rows < steps * file_rows:
+            raise SystemExit(f"only {only.num_rows} rows of digit {drift} generated")
+        for i in range(steps):  # the added files sort after the fitted ones
+            pq.write_table(only.slice(i * file_rows, file_rows),
+                           os.path.join(tmp, f"part-{len(base) + i:05d}-new.parquet"))
         os.replace(tmp, out)
-    return sorted(glob.glob(os.path.join(out, "*.parquet"))), added
+    files = sorted(glob.glob(os.path.join(out, "*.parquet")))
+    return files[:len(base)], files[len(base):]
 
 
 def read_rows(files):

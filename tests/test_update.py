@@ -212,3 +212,28 @@ def test_sigkill_during_an_update_then_resume_equals_an_uninterrupted_update(tmp
     np.testing.assert_allclose(done.means_, ref.means_, rtol=1e-6)
     assert done.cluster_ids.tolist() == ref.cluster_ids.tolist()
     assert [h["epoch"] for h in done.history] == [h["epoch"] for h in ref.history]
+
+
+@pytest.mark.parametrize("algorithm,k,params", [("dgmm", 6, {}), ("ncutemb", 6, {"epochs": 4})])
+def test_an_update_on_dask_equals_the_local_one(tmp_path, algorithm, k, params):
+    """The update's passes over the new rows (``ctx.rows_view``) go to the workers as row ranges
+    of the cache; the result equals a local update (NCutEmb: SGD shares averaged, so quality)."""
+    pytest.importorskip("distributed")
+    from streamclust.run.dask_executor import DaskExecutor
+    files = _files(tmp_path / "src", 3, seed=5, drift=algorithm == "dgmm")
+    data = _grow(tmp_path, files, 2)
+    works = [str(tmp_path / w) for w in ("local", "dask")]
+    for w in works:
+        streamclust.fit(data, algorithm, k, work_dir=w, exclude=["label"], progress=False, **params)
+    _grow(tmp_path, files, 3)
+    local = streamclust.update(data, works[0], progress=False)
+    with DaskExecutor(scheduler="local", n_workers=2) as ex:
+        remote = streamclust.update(data, works[1], progress=False, executor=ex)
+    X = np.concatenate([f[1] for f in files])
+    if algorithm == "dgmm":
+        np.testing.assert_allclose(remote.means_, local.means_, rtol=1e-6, atol=1e-6)
+        assert remote.cluster_ids.tolist() == local.cluster_ids.tolist()
+    else:
+        y = np.concatenate([f[2] for f in files])
+        assert normalized_mutual_info_score(y, remote.predict(X)) >= \
+            normalized_mutual_info_score(y, local.predict(X)) - 0.05

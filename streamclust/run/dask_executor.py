@@ -211,9 +211,11 @@ class DaskExecutor:
 
     @staticmethod
     def _source(data):
-        """(path, n, d) of a memory-mapped feature cache (workers open it), else None."""
-        if isinstance(data, FeatureCache) and isinstance(data.X, np.memmap):
-            return (data.X.filename, data.n_rows, data.n_features)
+        """(path, n, d) of a memory-mapped feature cache (workers open it), also under a
+        :class:`~streamclust.run.context.RowRange` of it; else None."""
+        cache = getattr(data, "cache", data)
+        if isinstance(cache, FeatureCache) and isinstance(cache.X, np.memmap):
+            return (cache.X.filename, cache.n_rows, cache.n_features)
         return None
 
     def _gather(self, futures, progress, before: set):
@@ -303,7 +305,9 @@ class DaskExecutor:
         if not blocks:
             return carry, {"shares": 0, "rows": 0, "spread": 0.0}
         source = self._source(data)
-        items = list(blocks) if source is not None else [data.rows(s, e) for s, e in blocks]
+        first = getattr(data, "start", 0)  # a RowRange's blocks are positions in it
+        items = [(first + s, first + e) for s, e in blocks] if source is not None else \
+            [data.rows(s, e) for s, e in blocks]
         if not self._scan_split:
             self._scan_split = self.parallelism()
         groups = split(items, self._scan_split)
@@ -329,8 +333,10 @@ class DaskExecutor:
         refs, arrays = self._state_refs(state)
         sync = self._other_hosts()
         source = self._source(data)
+        first = getattr(data, "start", 0)  # a RowRange: rows first .. first + n_rows
         if source is not None:
-            items = [(s, min(data.n_rows, s + batch_size)) for s in range(0, data.n_rows, batch_size)]
+            items = [(first + s, first + min(data.n_rows, s + batch_size))
+                     for s in range(0, data.n_rows, batch_size)]
         else:  # in-memory data (a coreset, a sample): the batches themselves travel
             items = list(data.iter_batches(batch_size))
         if not items:
@@ -343,7 +349,7 @@ class DaskExecutor:
                                        pure=False) for g in groups]
         results = self._run_pass(submit, progress)
         if refs:
-            commit(refs, arrays, [(0, data.n_rows)] if source is not None else
+            commit(refs, arrays, [(first, first + data.n_rows)] if source is not None else
                    [(b.start, b.stop) for b in items], sync)
         acc = None
         for part, _ in results:
