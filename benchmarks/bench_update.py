@@ -20,8 +20,9 @@ ratio, NMI against ``label`` of both, each one's objective (D-GMM: mean squared 
 nearest mean; INFEX: its mean log-likelihood over all rows; SLK: the discrete energy), the ARI
 between the old rows' labels before and after the update and the share of old rows that kept
 their cluster id.  The fits, with default settings otherwise: k = 10 (dgmm, slk, ncutemb, ism),
-INFEX on a 20 000-row coreset choosing its own k (as ``bench_scale_fits.py``).  Labels of all
-rows: ``predict`` (SLK: the model's labels of the fitted rows, ``labels_``).
+INFEX on a 20 000-row coreset with h = 500, choosing its own k (as docs/benchmarks.md's scale
+runs: Scott's rule keeps thousands of exemplars there).  Labels of all rows: ``predict`` (SLK:
+the model's labels of the fitted rows, ``labels_``).
 """
 import argparse
 import glob
@@ -47,7 +48,7 @@ from streamclust.model.metrics import nmi  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FITS = {"dgmm": (10, {}), "slk": (10, {}), "ncutemb": (10, {}),
-        "infex": (None, {"coreset_size": 20000}), "ism": (10, {})}
+        "infex": (None, {"coreset_size": 20000, "bandwidth": 500.0}), "ism": (10, {})}
 
 
 def ensure_data(root, rows, file_rows, steps, drift):

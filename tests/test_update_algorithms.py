@@ -1,0 +1,72 @@
+"""Each built-in algorithm's update against an independent reference: SLK's extension rule is
+its predict rule, INFEX gives a new class an exemplar, ISM's grown sample is uniform."""
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import streamclust
+from streamclust.testing import make_blobs
+from streamclust_ism.update import grown_sample
+
+
+def _write(path, X, y):
+    pq.write_table(pa.table({"x": pa.FixedSizeListArray.from_arrays(
+        pa.array(np.ascontiguousarray(X, np.float32).reshape(-1)), X.shape[1]), "label": y}), path)
+
+
+def test_slk_with_a_reference_sample_extends_the_new_rows_by_the_predict_rule(tmp_path):
+    """Above reference_rows the update is one pass over the new rows: old rows keep their
+    labels exactly, new rows get what the fitted model's predict gives them (the same rule
+    over the same sampled rows; neighbours found by different searches may differ)."""
+    X, y = make_blobs(n=9000, k=5, d=6, seed=21, spread=1.0)
+    data = tmp_path / "data"
+    data.mkdir()
+    _write(str(data / "a.parquet"), X[:6000], y[:6000])
+    params = dict(features="x", reference_rows=2000, n_init=2, progress=False)
+    m1 = streamclust.fit(str(data), "slk", 5, work_dir=str(tmp_path / "w"), **params)
+    _write(str(data / "b.parquet"), X[6000:], y[6000:])
+    m2 = streamclust.update(str(data), str(tmp_path / "w"), progress=False)
+    assert [h.get("phase") for h in m2.history[len(m1.history):]] == ["update"]
+    assert np.array_equal(m2.labels_[:6000], m1.labels_)
+    assert np.array_equal(m2.modes_, m1.modes_)
+    agree = (m2.public_labels(m2.labels_[6000:]) == m1.predict(X[6000:])).mean()
+    assert agree > 0.99, agree
+
+
+def test_infex_gives_a_new_class_an_exemplar_and_a_new_id(tmp_path):
+    rng = np.random.default_rng(3)
+    C = rng.normal(0, 10, (5, 4))
+    y_old = rng.integers(0, 4, 1500)
+    y_new = rng.integers(0, 5, 700)  # class 4 only in the added file
+    X_old = C[y_old] + rng.normal(0, 0.5, (1500, 4))
+    X_new = C[y_new] + rng.normal(0, 0.5, (700, 4))
+    data = tmp_path / "data"
+    data.mkdir()
+    _write(str(data / "a.parquet"), X_old, y_old)
+    m1 = streamclust.fit(str(data), "infex", features="x", bandwidth=1.5, work_dir=str(tmp_path / "w"),
+                         progress=False)
+    _write(str(data / "b.parquet"), X_new, y_new)
+    m2 = streamclust.update(str(data), str(tmp_path / "w"), progress=False)
+    new_class = m2.predict(X_new[y_new == 4])
+    assert (new_class == new_class[0]).all() and new_class[0] >= m1.n_clusters
+    assert new_class[0] in m2.info["update"]["ids"]["appeared"]
+    assert not np.isin(new_class[0], m1.predict(X_old))
+    assert (m2.predict(X_old) == m1.predict(X_old)).mean() > 0.99
+    assert m2.certified_
+
+
+def test_ism_grown_sample_is_uniform_and_keeps_the_fitted_rows():
+    """Over many draws each row is sampled with probability m / n, new or old, and the kept
+    old rows are rows of the fitted sample."""
+    old = np.sort(np.random.default_rng(0).choice(1000, 200, replace=False))
+    counts = np.zeros(1500)
+    for s in range(2000):
+        ids = grown_sample(old, 1000, 1500, 200, np.random.default_rng(s))
+        assert len(ids) == 200 and len(np.unique(ids)) == 200
+        assert np.isin(ids[ids < 1000], old).all()
+        counts[ids] += 1
+    new_rate = counts[1000:].mean() / 2000
+    assert abs(new_rate - 200 / 1500) < 0.005  # each new row at the rate m / n
+    assert abs(counts[old].sum() / 2000 / 1000 - 200 / 1500) < 0.005
