@@ -220,11 +220,13 @@ class ISM(Updates, NystromModel, Algorithm):
                 "phi0_eigenvalues": self.phi0_eigenvalues_, "candidate": int(self._cand),
                 "tried": np.asarray(self._tried, dtype=np.float64), "final": bool(self._final),
                 "sample_ids": np.asarray(self.sample_ids_, np.int64),
-                "grown": bool(getattr(self, "_grown", False))}
+                "grown": bool(getattr(self, "_grown", False)), **self._warm_state()}
 
     def restore(self, ctx, state: dict) -> None:
         # an update's sample is not ctx.sample() of all rows: its ids are in the checkpoint
         self._grown = bool(state.get("grown", False))
+        self._warm = (np.asarray(state["warm_ids"]), np.asarray(state["warm_labels"])) \
+            if "warm_ids" in state else None
         self._load_sample(ctx, np.asarray(state["sample_ids"], np.int64) if self._grown else None)
         self._cand = int(state.get("candidate", 0))
         if not 0 <= self._cand < len(self._cands):
@@ -400,7 +402,8 @@ class ISM(Updates, NystromModel, Algorithm):
         U = self.U_
         V = U / np.maximum(np.linalg.norm(U, axis=1, keepdims=True), 1e-300)
         rng = np.random.default_rng([self.seed, 0x15A])
-        self.centers_, labels, _ = kmeans(V, self.n_clusters, rng, n_init=self.hyper["n_init"])
+        self.centers_, labels, _ = kmeans(V, self.n_clusters, rng, n_init=self.hyper["n_init"],
+                                          init=self._warm_centres(V))
         self.labels_ = labels.astype(np.int32)
         self.projected_ = self._X @ self.W_
         w = np.where(np.abs(self.eigenvalues_) > 1e-300, self.eigenvalues_, 1e-300)

@@ -7,7 +7,11 @@ new rows in a uniform sample of all rows is hypergeometric; that many sampled ol
 sample of all rows (a reservoir's outcome) and keeps most of the fit's rows.  The fitted
 candidate (geometry, σ multiple), λ, q and W are kept; the sample is standardised anew, the
 U-step runs at W, and ISM rounds (W-step, U-step) continue until W and U change < ``tol``.
-Labels come from k-means on the new U; the engine keeps the cluster ids stable.
+The labels come from k-means on the new U started from the fit's clusters: each centre the mean
+of the sampled rows the fit kept, grouped by the fit's labels (one Lloyd run; k-means++ starts
+only when a cluster kept no sampled row).  Started afresh, k-means on a sample that changed by
+10 % gave another partition of the same rows (1M digits: ARI 0.62 between the fit's and the
+update's labels of the old rows).
 """
 from __future__ import annotations
 
@@ -33,6 +37,37 @@ def grown_sample(old_ids, n_old: int, n: int, size: int, rng) -> np.ndarray:
 class Updates:
     """The update of :class:`~streamclust_ism.algorithm.ISM` (a mixin)."""
 
+    _warm = None  # (the fit's sample ids, their labels): k-means of an update starts there
+
+    def _fitted_labels(self, ctx, ids, state) -> np.ndarray:
+        """The fit's labels of its sample: k-means on its U, as the fit's end computed them."""
+        from streamclust.toolkit import kmeans
+        U = np.asarray(state["U"], np.float64)
+        if U.shape[0] != len(ids):
+            raise ParameterError(f"ISM state: U has {U.shape[0]} rows, the sample {len(ids)}")
+        V = U / np.maximum(np.linalg.norm(U, axis=1, keepdims=True), 1e-300)
+        rng = np.random.default_rng([self.seed, 0x15A])
+        return kmeans(V, self.n_clusters, rng, n_init=self.hyper["n_init"])[1]
+
+    def _warm_centres(self, V):
+        """k-means' start in an update: the mean of ``V``'s rows of each fitted cluster over
+        the sampled rows the fit also sampled; None in a fit (or when a cluster kept none)."""
+        if self._warm is None:
+            return None
+        ids, labels = self._warm
+        pos = np.searchsorted(ids, self.sample_ids_)
+        kept = (pos < len(ids)) & (ids[np.minimum(pos, len(ids) - 1)] == self.sample_ids_)
+        lab = labels[pos[kept]]
+        if len(np.unique(lab)) < self.n_clusters:
+            return None
+        Vk = V[kept]
+        return np.stack([Vk[lab == c].mean(0) for c in range(self.n_clusters)])
+
+    def _warm_state(self) -> dict:
+        if self._warm is None:
+            return {}
+        return {"warm_ids": self._warm[0], "warm_labels": np.asarray(self._warm[1], np.int64)}
+
     def update(self, ctx, state: dict) -> None:
         h = self.hyper
         n_old, n = ctx.old_rows, ctx.n_rows
@@ -42,6 +77,7 @@ class Updates:
             size = h["sample_size"]
             old = np.arange(n_old) if size >= n_old else np.sort(
                 ctx.rng(0x5A, 0).choice(n_old, size=size, replace=False))
+        self._warm = (old, self._fitted_labels(ctx, old, state))
         ids = grown_sample(old, n_old, n, h["sample_size"], ctx.rng(0x15A, n))
         self._load_sample(ctx, ids)
         self._cand = int(state.get("candidate", 0))
