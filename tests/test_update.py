@@ -237,3 +237,26 @@ def test_an_update_on_dask_equals_the_local_one(tmp_path, algorithm, k, params):
         y = np.concatenate([f[2] for f in files])
         assert normalized_mutual_info_score(y, remote.predict(X)) >= \
             normalized_mutual_info_score(y, local.predict(X)) - 0.05
+
+
+def test_a_scaled_fit_updates_with_its_statistics_and_a_later_fit_rescales(tmp_path):
+    """--scale standard: the update scales the new rows with the fitted rows' statistics (the
+    model's scaler is the fit's), and a fit afterwards in the same work directory computes the
+    statistics of all rows again (the cache is not reused)."""
+    files = _files(tmp_path / "src", 3)
+    data = _grow(tmp_path, files, 2)
+    work = str(tmp_path / "work")
+    m1 = streamclust.fit(data, "dgmm", 6, work_dir=work, exclude=["label"], scale="standard",
+                         progress=False)
+    _grow(tmp_path, files, 3)
+    m2 = streamclust.update(data, work, progress=False)
+    assert m2.scaler.to_json() == m1.scaler.to_json()
+    X = np.concatenate([f[1] for f in files])
+    old = np.concatenate([f[1] for f in files[:2]])
+    cache = np.memmap(os.path.join(work, "features.f32"), np.float32, "r", shape=X.shape)
+    np.testing.assert_allclose(cache, m1.scaler.apply(X.astype(np.float32)), rtol=1e-5, atol=1e-5)
+    m3 = streamclust.fit(data, "dgmm", 6, work_dir=work, exclude=["label"], scale="standard",
+                         progress=False)
+    np.testing.assert_allclose(m3.scaler.offset, X.astype(np.float32).astype(np.float64).mean(0),
+                               rtol=1e-5, atol=1e-4)
+    assert not np.allclose(m3.scaler.offset, old.mean(0), atol=1e-4)

@@ -5,9 +5,10 @@
    EM to ``tol`` (free energy F₀); then the cluster whose removal costs least (Σ w (d₂ − d₁) of
    its rows, d₁/d₂ the squared distances to their nearest and second means) is moved to a new
    row drawn by D² sampling among the new rows (the best of 2 + ln k draws by the sample's
-   squared error) and EM runs again (F₁).  The move is kept when F₁ > F₀ and most of the moved
-   cluster's mass is new rows (≥ ``MOVE_NEW_SHARE``): the objective prefers it, and it covers
-   data the fitted rows did not have.  Moves repeat while kept (at most ``MAX_MOVES``).  When
+   squared error) and EM runs again (F₁).  The move is kept when F₁ > F₀, most of the moved
+   cluster's mass is new rows (≥ ``MOVE_NEW_SHARE``) and it holds at least half an average
+   cluster's share of the new rows (``MOVE_MIN_MASS`` / k): the objective prefers it, and it
+   covers data the fitted rows did not have, more than a few outliers.  Moves repeat while kept (at most ``MAX_MOVES``).  When
    new rows come from the old clusters, a cluster of mostly new rows cannot form and no move is
    kept, so old rows keep their clusters.
 2. **EM on the new rows** (no move kept): the old rows keep their posteriors, summed in the
@@ -35,6 +36,10 @@ START_MAX_ITER = 100
 
 #: a move is kept only when at least this share of the moved cluster's mass is new rows
 MOVE_NEW_SHARE = 0.5
+#: ... and it holds at least this share of an average cluster's part of the new rows (1 / 2k of
+#: them): a few outlying new rows are no new class (shuttle, an i.i.d. split: two moves to
+#: outliers were kept without it)
+MOVE_MIN_MASS = 0.5
 #: moves tried in one update at most (each kept one allows the next)
 MAX_MOVES = 3
 #: stride of the moves' random streams (apart from the epochs' and the starts')
@@ -172,10 +177,12 @@ class Updates:
             evals += e
             labels = np.argmin(pairwise_sqdist(view.X, self.means_), axis=1)
             mass = view.weights[labels == j].sum()
-            share = float(view.weights[(labels == j) & is_new].sum() / mass) if mass > 0 else 0.0
-            kept = F1 > F0 and share >= MOVE_NEW_SHARE
+            new_mass = view.weights[(labels == j) & is_new].sum()
+            share = float(new_mass / mass) if mass > 0 else 0.0
+            of_new = float(new_mass / view.weights[is_new].sum())  # of the new rows' mass
+            kept = F1 > F0 and share >= MOVE_NEW_SHARE and of_new >= MOVE_MIN_MASS / M
             self.moves_.append({"cluster": int(j), "F_before": float(F0), "F_after": float(F1),
-                                "new_share": share, "kept": bool(kept)})
+                                "new_share": share, "of_new_rows": of_new, "kept": bool(kept)})
             if not kept:
                 self.means_, self.sigma2_, self.sim_ = current
                 break

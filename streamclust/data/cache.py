@@ -89,12 +89,15 @@ class FeatureCache:
     @classmethod
     def build(cls, data: Data, work_dir: str, batch_size: int,
               progress: Callable[[int], None] | None = None, columns=(),
-              transform: str = "", scale: str = "none") -> "FeatureCache":
+              transform: str = "", scale: str = "none",
+              keep_scaling: bool = False) -> "FeatureCache":
         """Write (or reuse) the cache of ``data`` in ``work_dir``; validate every value.
         ``columns``: extra columns read in the same pass (see :mod:`streamclust.data.columns`);
         ``transform``: a row transform of :mod:`streamclust.data.transforms` applied to every row;
         ``scale``: a scaling of :mod:`streamclust.data.scaling`, its statistics taken in the same pass
-        and applied (before the transform) in a second pass over the written file."""
+        and applied (before the transform) in a second pass over the written file.
+        ``keep_scaling`` (an update): rows of files appended to a scaled cache are scaled with its
+        statistics (those of the fitted rows) instead of the cache being built again."""
         from .scaling import ScaleStats, check_scale
         from .transforms import apply, check
         check(transform)
@@ -104,9 +107,11 @@ class FeatureCache:
                "columns": sorted(columns), "transform": transform, "scale": scale}
         if key["fingerprint"] is not None:
             old = cls.open(work_dir)
-            if old is not None and all(old.meta.get(k) == v for k, v in key.items()):
+            # scaled by the statistics of fewer rows (an update appended to it): not a fit's
+            own = keep_scaling or old is None or old.meta.get("scaler_rows", old.n_rows) == old.n_rows
+            if old is not None and own and all(old.meta.get(k) == v for k, v in key.items()):
                 return old
-            tail = _appended(old, key, data)
+            tail = _appended(old, key, data, keep_scaling)
             if tail is not None:
                 from dataclasses import replace
                 return cls._append(old.meta, replace(data, source=tail), work_dir, key,
@@ -156,6 +161,8 @@ class FeatureCache:
         them (until then the file's size disagrees with it and the cache counts as absent), and
         a failure truncates the file back."""
         from .transforms import apply
+        from .scaling import Scaler
+        scaler = Scaler.from_json(meta.get("scaler"), meta["n_features"], CACHE_META)
         path = os.path.join(work_dir, CACHE_FILE)
         size, n, skipped, n_source = os.path.getsize(path), 0, 0, 0
         first = meta.get("source_rows", meta["n_rows"])
@@ -165,11 +172,14 @@ class FeatureCache:
             with open(path, "ab") as f:
                 for b in tail.iter_batches(batch_size, start=first):
                     check_interrupt()
-                    f.write(memoryview(apply(key["transform"], b.X)).cast("B"))
+                    X = b.X if scaler is None else scaler.apply(b.X)
+                    f.write(memoryview(apply(key["transform"], X)).cast("B"))
                     n, skipped, n_source = _tally(b, (n, skipped, n_source), progress)
         except BaseException:
             os.truncate(path, size)
             raise
+        if scaler is not None:  # the statistics stay those of the rows cached first
+            meta = dict(meta, scaler_rows=meta.get("scaler_rows", meta["n_rows"]))
         meta = dict(meta, **key, n_rows=meta["n_rows"] + n,
                     skipped=meta.get("skipped", 0) + skipped,
                     source_rows=first + n_source)
@@ -186,10 +196,12 @@ def _tally(b, counts, progress):
     return counts[0] + len(b.X), counts[1] + rows - len(b.X), counts[2] + rows
 
 
-def _appended(old, key, data):
+def _appended(old, key, data, keep_scaling=False):
     """The source of the files added after those ``old`` cached, when that is all that changed
-    (same settings, no scaling, no extra columns, the old files' fingerprints unchanged)."""
-    if old is None or key["scale"] != "none" or key["columns"] or not old.meta.get("fingerprint"):
+    (same settings, no scaling unless ``keep_scaling``, no extra columns, the old files'
+    fingerprints unchanged)."""
+    if old is None or (key["scale"] != "none" and not keep_scaling) or key["columns"] or \
+            not old.meta.get("fingerprint"):
         return None
     if any(old.meta.get(k) != v for k, v in key.items() if k != "fingerprint"):
         return None

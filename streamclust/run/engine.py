@@ -121,7 +121,8 @@ def _prepare(algo, d, work_dir, executor, opts) -> _State:
     t0 = time.perf_counter()
     with _bar(show, total=d.n_rows, unit="rows", desc="reading", leave=False) as bar:
         cache = FeatureCache.build(d, work_dir, opts["batch_size"], progress=bar.update,
-                                   columns=req.columns, transform=req.transform, scale=opts["scale"])
+                                   columns=req.columns, transform=req.transform, scale=opts["scale"],
+                                   keep_scaling=opts.get("keep_scaling", False))
     log.info("feature cache: %d rows × %d features (%.1f MB) in %s, %.2f s", cache.n_rows,
              cache.n_features, cache.n_rows * cache.n_features * 4 / 1e6, work_dir,
              time.perf_counter() - t0)

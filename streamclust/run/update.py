@@ -160,9 +160,6 @@ def update(data, work_dir: str, *, max_epochs: int = 100, progress: bool | None 
     ident = base["identity"]
     check_settings(ident, expect or {})
     cls = _refuse(ident["algorithm"], host)
-    if ident.get("scale", "none") != "none":
-        raise ParameterError(f"{work_dir}: the model was fitted with scale={ident['scale']!r}; an "
-                             "update would change the scaling of the fitted rows: refit instead")
     p = ident["params"]
     algo = cls(None if cls.chooses_k else p["n_clusters"], seed=p["seed"], **p["hyper"])
     spec = FeatureSpec.from_json(ident["features"])
@@ -186,7 +183,8 @@ def update(data, work_dir: str, *, max_epochs: int = 100, progress: bool | None 
         st = engine._prepare(algo, d, work_dir, executor,
                              {"show": engine._progress_enabled(progress), "owned": False,
                               "batch_size": batch_size, "knn_options": knn_options,
-                              "scale": "none", "memory_limit": limit})
+                              "scale": ident.get("scale", "none"), "memory_limit": limit,
+                              "keep_scaling": True})
         n_old = int(base["rows"])
         cache = st.ctx.data
         if cache.n_rows <= n_old or not str(cache.meta.get("fingerprint", "")).startswith(ident["data"]):
