@@ -112,6 +112,8 @@ class ISM(Updates, NystromModel, Algorithm):
                       "(Taylor) start at the full q", choices=("grow", "spectral")),
         "inner_iterations": Param(10, int, "ISM W iterations per round", at_least(1)),
         "max_rounds": Param(20, int, "U/W rounds per stage", at_least(1)),
+        "update_rounds": Param(3, int, "U/W rounds of an update at most (from the fitted W)",
+                               at_least(1)),
         "tol": Param(1e-3, float, "stop when U and W change less than this (0: run max_rounds)",
                      NON_NEGATIVE),
         "standardize": Param(True, bool, "scale every feature to unit variance (after centring)"),
@@ -344,7 +346,8 @@ class ISM(Updates, NystromModel, Algorithm):
         obj = cq - self.lambda_ * aq
         final = self._stage_q >= self.q_
         # an intermediate stage only prepares the next direction: one round
-        stage_done = (dW < h["tol"] and dU < h["tol"]) or self._round >= h["max_rounds"] or not final
+        rounds = h["update_rounds"] if getattr(self, "_grown", False) else h["max_rounds"]
+        stage_done = (dW < h["tol"] and dU < h["tol"]) or self._round >= rounds or not final
         extras = {"q": int(self._stage_q), "sigma": float(self.sigma_),
                   "lambda": float(self.lambda_), "W_change": dW, "U_change": dU,
                   "inner_iterations": inner, "cq": cq, "aq": aq}

@@ -6,7 +6,9 @@ new rows in a uniform sample of all rows is hypergeometric; that many sampled ol
 (uniformly chosen) are replaced by uniformly drawn new rows, so the sample is again a uniform
 sample of all rows (a reservoir's outcome) and keeps most of the fit's rows.  The fitted
 candidate (geometry, σ multiple), λ, q and W are kept; the sample is standardised anew, the
-U-step runs at W, and ISM rounds (W-step, U-step) continue until W and U change < ``tol``.
+U-step runs at W, and ISM rounds (W-step, U-step) continue until W and U change < ``tol``, at
+most ``update_rounds`` (3): a refinement of the fitted subspace, not a new search (1M digits:
+the rounds of a grown sample ran to ``max_rounds``, 20, at 0.3 s each).
 The labels come from k-means on the new U started from the fit's clusters: each centre the mean
 of the sampled rows the fit kept, grouped by the fit's labels (one Lloyd run; k-means++ starts
 only when a cluster kept no sampled row).  Started afresh, k-means on a sample that changed by

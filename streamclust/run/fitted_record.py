@@ -24,8 +24,10 @@ BASE = "fitted"
 MATCH_ROWS = 20_000
 
 
-def write_base(work_dir: str, identity: dict, model, cache, seed: int, next_id: int) -> None:
-    """Record the fitted run's last checkpoint as the base of later updates (see the module)."""
+def write_base(work_dir: str, identity: dict, model, cache, seed: int, next_id: int,
+               known=None) -> None:
+    """Record the fitted run's last checkpoint as the base of later updates (see the module).
+    ``known``: (row ids, labels) of an update's old sample rows, labelled already."""
     found = checkpoint.find(work_dir)
     if found is None:
         return
@@ -40,9 +42,19 @@ def write_base(work_dir: str, identity: dict, model, cache, seed: int, next_id: 
         except OSError:
             shutil.copyfile(src, dst)
     n = cache.n_rows
-    ids = np.arange(n, dtype=np.int64) if n <= MATCH_ROWS else np.sort(
-        np.random.default_rng([seed, 0xBA5E]).choice(n, MATCH_ROWS, replace=False))
-    labels = model.public_labels(model.algorithm_.predict(cache.take(ids)).labels)
+    if known is None:
+        ids = np.arange(n, dtype=np.int64) if n <= MATCH_ROWS else np.sort(
+            np.random.default_rng([seed, 0xBA5E]).choice(n, MATCH_ROWS, replace=False))
+        labels = model.public_labels(model.algorithm_.predict(cache.take(ids)).labels)
+    else:  # an update: the sample's old rows as just labelled, new rows in their proportion
+        ids, labels = known
+        first = int(model.info["update"]["rows_before"])
+        m = min(n - first, max(1, int(np.ceil(len(ids) * (n - first) / first))))
+        new = np.sort(np.random.default_rng([seed, 0xBA5E, n]).choice(n - first, m, replace=False))
+        new += first
+        ids = np.concatenate([ids, new])
+        labels = np.concatenate([labels, model.public_labels(
+            model.algorithm_.predict(cache.take(new)).labels)])
     np.savez(os.path.join(tmp, "match.npz"), ids=ids, labels=labels)
     atomic_json(os.path.join(tmp, "base.json"),
                 {"identity": identity, "rows": n, "cluster_ids": model.cluster_ids.tolist(),

@@ -198,8 +198,9 @@ def update(data, work_dir: str, *, max_epochs: int = 100, progress: bool | None 
                              "files_added": added, "epochs_before": since}
         host.hook.streamclust_run_started(run=st.run)
         model = engine._finish(st, engine._loop(st, first, first + max_epochs, host), host)
-        _stable_ids(model, base, cache)
-        write_base(work_dir, st.identity, model, cache, algo.seed, model.info["update"]["next_id"])
+        known = _stable_ids(model, base, cache)
+        write_base(work_dir, st.identity, model, cache, algo.seed, model.info["update"]["next_id"],
+                   known)
         return model
 
 
@@ -245,9 +246,10 @@ def _begin_update(st, base, resume: bool):
     return int(meta["epoch"]), since
 
 
-def _stable_ids(model, base, cache) -> None:
+def _stable_ids(model, base, cache):
     """The updated model's cluster ids from the old and new labels of the base's sample rows;
-    the events go into ``model.info["update"]`` and the last epoch's record."""
+    the events go into ``model.info["update"]`` and the last epoch's record.  Returns those
+    rows and their new ids."""
     ids = base["match_ids"]
     new = model.algorithm_.predict(cache.take(ids)).labels
     cluster_ids, next_id, events = match_ids(base["match_labels"], new, model.n_clusters,
@@ -261,3 +263,4 @@ def _stable_ids(model, base, cache) -> None:
     log.info("update: %d rows added; clusters kept %d, appeared %s, vanished %s; %.1f %% of "
              "the sampled old rows kept their id", model.info["update"]["rows_added"],
              len(events["kept"]), events["appeared"], events["vanished"], 100 * same.mean())
+    return ids, model.public_labels(new)
