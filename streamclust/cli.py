@@ -192,10 +192,7 @@ def fit(data, algorithm, clusters, features, exclude, scale, sets, seed, batch_s
     params = _parse_set(sets)
     if quiet:
         _quiet_logging()
-    executor = None
-    if scheduler:
-        from .run.dask_executor import DaskExecutor
-        executor = DaskExecutor(scheduler=scheduler, n_workers=workers)
+    executor = _dask(scheduler, workers)
     try:
         model = _fit(data, algorithm, clusters, features=_split(features),
                      exclude=_split(exclude), scale=scale, seed=seed,
@@ -229,6 +226,14 @@ def fit(data, algorithm, clusters, features, exclude, scale, sets, seed, batch_s
                f"{info['seconds']:.2f} s -> {path}")
 
 
+def _dask(scheduler, workers):
+    """The executor of ``--scheduler`` (None: local)."""
+    if not scheduler:
+        return None
+    from .run.dask_executor import DaskExecutor
+    return DaskExecutor(scheduler=scheduler, n_workers=workers)
+
+
 def _update(data, work_dir, sets, max_epochs, quiet, scheduler, workers, resume, out, overwrite,
             as_json, memory_limit, given):
     """``fit --update``: the model in ``work_dir`` updated with the files added to ``data``."""
@@ -242,10 +247,7 @@ def _update(data, work_dir, sets, max_epochs, quiet, scheduler, workers, resume,
     check_model_out(out, overwrite)  # before the first pass
     if quiet:
         _quiet_logging()
-    executor = None
-    if scheduler:
-        from .run.dask_executor import DaskExecutor
-        executor = DaskExecutor(scheduler=scheduler, n_workers=workers)
+    executor = _dask(scheduler, workers)
     try:
         model = _run_update(data, work_dir, max_epochs=max_epochs,
                             progress=False if quiet else None, executor=executor, resume=resume,
@@ -411,10 +413,7 @@ def graph(data, neighbors, features, exclude, scale, out, cell_rows, ef, degree,
     import time
     from .graph.knn import KNN_DIR, knn_graph
     t = time.perf_counter()
-    executor = None
-    if scheduler:
-        from .run.dask_executor import DaskExecutor
-        executor = DaskExecutor(scheduler=scheduler, n_workers=workers)
+    executor = _dask(scheduler, workers)
     try:
         g = knn_graph(data, neighbors, features=_split(features), exclude=_split(exclude),
                       scale=scale, work_dir=out,

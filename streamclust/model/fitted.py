@@ -147,36 +147,47 @@ class Model:
         for c in keep:
             if c not in d.source.schema.names:
                 raise DataError(f"{d.source.name}: missing column '{c}' to keep")
-        added = ["cluster"] + ([] if not top else ["soft"] if top == self.n_clusters and soft is True
-                                else ["soft_clusters", "soft_probs"])
-        for c in added:
-            if c in keep:
-                raise DataError(f"{d.source.name}: column '{c}' would be overwritten; do not keep it")
-        fields = [d.source.schema.field(c) for c in keep] + [pa.field("cluster", pa.int32())]
-        fields += [pa.field(c, pa.list_(pa.int32() if c == "soft_clusters" else pa.float32()))
-                   for c in added[1:]]
-        schema = pa.schema(fields)
+        added, schema = self._outputs(d.source.schema, keep, top, soft, d.source.name)
         out_dir = os.path.dirname(os.path.abspath(out))
         os.makedirs(out_dir, exist_ok=True)
         rows = skipped = 0
         with atomic_path(out) as tmp:
             with pq.ParquetWriter(tmp, schema) as w:
                 for b in d.iter_batches(batch_size, keep=keep):
-                    a = self._predict_rows(b.X, soft=bool(top))
-                    labels = self.public_labels(a.labels)
-                    extra = _soft_columns(a.soft, top, added[1:], b.kept, self._ids)
-                    if b.kept is not None:
-                        full = np.full(len(b.kept), -1, dtype=np.int32)
-                        full[b.kept] = labels
-                        skipped += int((~b.kept).sum())
-                        labels = full
-                    cols = [b.columns.column(c) for c in keep] if keep else []
-                    w.write_table(pa.Table.from_arrays(cols + [pa.array(labels, pa.int32())] + extra,
-                                                       schema=schema))
-                    rows += len(labels)
+                    arrays, n_skipped = self._label_batch(b, keep, top, added)
+                    w.write_table(pa.Table.from_arrays(arrays, schema=schema))
+                    skipped += n_skipped
+                    rows += len(arrays[len(keep)])
                     if progress:
-                        progress(len(labels))
+                        progress(len(arrays[len(keep)]))
         return {"rows": rows, "skipped": skipped, "out": out}
+
+    def _outputs(self, schema, keep, top: int, soft, name: str):
+        """The columns a prediction adds (``cluster``, and the soft ones) and the output schema
+        (``keep`` columns of ``schema`` first)."""
+        added = ["cluster"] + ([] if not top else ["soft"] if top == self.n_clusters and soft is True
+                                else ["soft_clusters", "soft_probs"])
+        for c in added:
+            if c in keep:
+                raise DataError(f"{name}: column '{c}' would be overwritten; do not keep it")
+        fields = [schema.field(c) for c in keep] + [pa.field("cluster", pa.int32())]
+        fields += [pa.field(c, pa.list_(pa.int32() if c == "soft_clusters" else pa.float32()))
+                   for c in added[1:]]
+        return added, pa.schema(fields)
+
+    def _label_batch(self, b, keep, top: int, added):
+        """A batch's output columns (kept, ``cluster``, soft) and how many rows it skipped."""
+        a = self._predict_rows(b.X, soft=bool(top))
+        labels = self.public_labels(a.labels)
+        extra = _soft_columns(a.soft, top, added[1:], b.kept, self._ids)
+        skipped = 0
+        if b.kept is not None:
+            full = np.full(len(b.kept), -1, dtype=np.int32)
+            full[b.kept] = labels
+            skipped = int((~b.kept).sum())
+            labels = full
+        cols = [b.columns.column(c) for c in keep] if keep else []
+        return cols + [pa.array(labels, pa.int32())] + extra, skipped
 
     def predict_batches(self, source, keep=None, batch_size: int = 65536,
                         on_invalid: str = "error", soft: int | bool = 0):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Iterator
 
-import numpy as np
 import pyarrow as pa
 
 from ..data.batch import Data
@@ -77,7 +76,7 @@ def _batches(item) -> list:
 def predict_batches(model, source, keep=None, batch_size: int = 65536, on_invalid: str = "error",
                     soft: int | bool = 0) -> Iterator[pa.RecordBatch]:
     """See :meth:`streamclust.Model.predict_batches`."""
-    from .fitted import _soft_columns, _soft_top
+    from .fitted import _soft_top
     top = _soft_top(soft, model)
     reader = as_reader(source)
     spec = model.feature_spec
@@ -90,24 +89,9 @@ def predict_batches(model, source, keep=None, batch_size: int = 65536, on_invali
     for c in keep:
         if c not in names:
             raise DataError(f"predict_batches: the stream has no column '{c}' to keep")
-    added = ["cluster"] + ([] if not top else ["soft"] if top == model.n_clusters and soft is True
-                           else ["soft_clusters", "soft_probs"])
-    clash = sorted(set(added) & set(keep))
-    if clash:
-        raise DataError(f"predict_batches: column(s) {clash} would be overwritten; do not keep them")
-    fields = [reader.schema.field(c) for c in keep] + [pa.field("cluster", pa.int32())]
-    fields += [pa.field(c, pa.list_(pa.int32() if c == "soft_clusters" else pa.float32()))
-               for c in added[1:]]
-    schema = pa.schema(fields)
+    added, schema = model._outputs(reader.schema, keep, top, soft, "predict_batches")
     data = Data(TableSource(reader, "<stream>"), spec, model.n_features, on_invalid, tuple(keep))
     for b in data.iter_batches(batch_size, keep=keep):
-        a = model._predict_rows(b.X, soft=bool(top))
-        labels = model.public_labels(a.labels)
-        extra = _soft_columns(a.soft, top, added[1:], b.kept, model._ids)
-        if b.kept is not None:
-            full = np.full(len(b.kept), -1, dtype=np.int32)
-            full[b.kept] = labels
-            labels = full
-        cols = [b.columns.column(c).combine_chunks() for c in keep] if keep else []
-        yield pa.RecordBatch.from_arrays(cols + [pa.array(labels, pa.int32())] + extra,
-                                         schema=schema)
+        arrays, _ = model._label_batch(b, keep, top, added)
+        arrays = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in arrays]
+        yield pa.RecordBatch.from_arrays(arrays, schema=schema)
