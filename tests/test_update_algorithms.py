@@ -70,3 +70,24 @@ def test_ism_grown_sample_is_uniform_and_keeps_the_fitted_rows():
     new_rate = counts[1000:].mean() / 2000
     assert abs(new_rate - 200 / 1500) < 0.005  # each new row at the rate m / n
     assert abs(counts[old].sum() / 2000 / 1000 - 200 / 1500) < 0.005
+
+
+def test_two_successive_updates_of_slk_and_d_gmm(tmp_path):
+    """An update's checkpoint is the next update's base (SLK's kept run, D-GMM's statistics).
+    The data make SLK keep its fourth start (a first update that kept the run's number broke
+    the second)."""
+    X, y = make_blobs(n=9000, k=5, d=6, seed=40, spread=4.0)
+    data = tmp_path / "data"
+    data.mkdir()
+    _write(str(data / "a.parquet"), X[:5000], y[:5000])
+    fits = {}
+    for algo, params in (("slk", dict(reference_rows=2000, n_init=5)), ("dgmm", {})):
+        fits[algo] = streamclust.fit(str(data), algo, 5, features="x", work_dir=str(tmp_path / algo),
+                                     progress=False, **params)
+    assert fits["slk"].best_run_ > 0
+    for part, (s, e) in enumerate(((5000, 7000), (7000, 9000))):
+        _write(str(data / f"b{part}.parquet"), X[s:e], y[s:e])
+        for algo in fits:
+            m = streamclust.update(str(data), str(tmp_path / algo), progress=False)
+            assert m.info["rows"] == e and m.info["update"]["rows_added"] == 2000
+            assert (m.predict(X[:5000]) == fits[algo].predict(X[:5000])).mean() > 0.95, algo

@@ -34,8 +34,10 @@ class Updates:
         if "sigma2" in state:  # the fit's kernel, not the grown graph's mean distance
             self.sigma2_ = float(state["sigma2"])
             self._inv2s2 = 1.0 / (2.0 * self.sigma2_)
-        self._runs = [(self._runs[b["run"]][0], b["lambda"])]
+        init = self._runs[b["run"]][0] if b["run"] < len(self._runs) else 0
+        self._runs = [(init, b["lambda"])]  # the kept run, now the update's only one
         self._run, self._lam, self._E = 0, b["lambda"], []
+        self._best = dict(b, run=0)
         self.mode_ids_, self._modes = b["mode_ids"].copy(), b["modes"].copy()
         sample = self._sample
         self._update_mode = "extend" if sample is not None and not sample.full and \

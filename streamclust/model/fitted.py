@@ -200,7 +200,8 @@ class Model:
         (a polars DataFrame), or an iterable of record batches, tables or pandas / polars data
         frames of one schema.  Memory holds one batch: the stream is read as it is consumed."""
         from .streaming import predict_batches
-        return predict_batches(self, source, keep, batch_size, on_invalid, soft)
+        return predict_batches(self, source, keep, batch_size, on_invalid, soft,
+                               _soft_top(soft, self))
 
     def evaluate(self, data, labels, batch_size: int = 65536, on_invalid: str = "error") -> dict:
         """Stream ``data`` and score the clustering against column ``labels``: ``nmi``, ``acc``

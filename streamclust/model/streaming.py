@@ -74,10 +74,8 @@ def _batches(item) -> list:
 
 
 def predict_batches(model, source, keep=None, batch_size: int = 65536, on_invalid: str = "error",
-                    soft: int | bool = 0) -> Iterator[pa.RecordBatch]:
-    """See :meth:`streamclust.Model.predict_batches`."""
-    from .fitted import _soft_top
-    top = _soft_top(soft, model)
+                    soft: int | bool = 0, top: int = 0) -> Iterator[pa.RecordBatch]:
+    """See :meth:`streamclust.Model.predict_batches` (``top``: the soft columns' width)."""
     reader = as_reader(source)
     spec = model.feature_spec
     names = reader.schema.names
