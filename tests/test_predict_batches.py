@@ -51,8 +51,10 @@ def test_streams_of_other_kinds(model, tmp_path):
     frames = (pd.DataFrame({"id": np.arange(s, s + 500), "x": list(X[s:s + 500])})
               for s in range(0, 2500, 500))
     batches = _table(X, np.arange(2500)).to_batches(max_chunksize=400)
+    polars = pytest.importorskip("polars")
+    df = polars.from_arrow(_table(X, np.arange(2500)))
     for source in (pads.dataset(str(tmp_path / "a.parquet")), frames, iter(batches),
-                   _table(X, np.arange(2500))):
+                   _table(X, np.arange(2500)), df, df.iter_slices(600)):
         got = pa.Table.from_batches(list(model.predict_batches(source, keep=["id"])))
         assert np.array_equal(got["cluster"].to_numpy(), want), type(source)
 
