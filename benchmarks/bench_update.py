@@ -4,8 +4,10 @@ run (issue 46).
 
     python benchmarks/bench_update.py [--algorithms dgmm,slk,ncutemb,infex,ism]
         [--rows 1000000] [--new 0.1] [--steps 1] [--drift 9] [--data-dir DIR] [--refits last]
+        [--side 28]
 
-The rows are ``make_digits.py``'s deformed digits (50 wide, ``label`` the digit; generated
+The rows are ``make_digits.py``'s deformed digits (50 wide, or ``--side 28``: 784 wide images;
+``label`` the digit; generated
 once into ``--data-dir``) in files of ``rows · new`` rows: the first ``rows`` rows are fitted,
 then each of ``--steps`` files is added and the model updated.  ``--drift D``: a new class
 arrives; the fitted files hold no digit D (its rows are dropped from them) and each added file
@@ -34,7 +36,6 @@ import tempfile
 import time
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
@@ -51,19 +52,20 @@ FITS = {"dgmm": (10, {}), "slk": (10, {}), "ncutemb": (10, {}),
         "infex": (None, {"coreset_size": 20000, "bandwidth": 500.0}), "ism": (10, {})}
 
 
-def ensure_data(root, rows, file_rows, steps, drift):
+def ensure_data(root, rows, file_rows, steps, drift, side=None):
     """The source files: ``rows / file_rows`` fitted files then ``steps`` added ones."""
     total = rows + steps * file_rows * (1 if drift is None else 12)
-    src = os.path.join(root, f"digits-{total}-{file_rows}")
+    src = os.path.join(root, f"digits-{total}-{file_rows}" + (f"-side{side}" if side else ""))
     if len(glob.glob(os.path.join(src, "*.parquet"))) * file_rows < total:
         shutil.rmtree(src, ignore_errors=True)
         subprocess.run([sys.executable, os.path.join(HERE, "make_digits.py"), str(total), src,
-                        "--file-rows", str(file_rows)], check=True)
+                        "--file-rows", str(file_rows)] + (["--side", str(side)] if side else []),
+                       check=True)
     files = sorted(glob.glob(os.path.join(src, "*.parquet")))
     base, added = files[:rows // file_rows], files[rows // file_rows:][:steps]
     if drift is None:
         return base, added
-    out = os.path.join(root, f"digits-{total}-{file_rows}-drift-{drift}")
+    out = src + f"-drift-{drift}"
     if not os.path.isdir(out):
         tmp = out + ".tmp"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -183,12 +185,13 @@ def main():
     ap.add_argument("--steps", type=int, default=1)
     ap.add_argument("--drift", type=int, default=None, metavar="DIGIT")
     ap.add_argument("--refits", choices=("last", "all"), default="last")
+    ap.add_argument("--side", type=int, default=None, help="784-wide rows: make_digits --side")
     ap.add_argument("--data-dir", default=os.path.join(tempfile.gettempdir(), "streamclust-bench"))
     a = ap.parse_args()
     file_rows = int(round(a.rows * a.new))
     if a.rows % file_rows:
         raise SystemExit("--rows must be a multiple of rows · new")
-    base, added = ensure_data(a.data_dir, a.rows, file_rows, a.steps, a.drift)
+    base, added = ensure_data(a.data_dir, a.rows, file_rows, a.steps, a.drift, a.side)
     rows = []
     with tempfile.TemporaryDirectory(dir=a.data_dir) as tmp:
         for algo in a.algorithms.split(","):
