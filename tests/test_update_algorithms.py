@@ -4,6 +4,7 @@ import os
 
 import numpy as np
 import pyarrow as pa
+import pytest
 import pyarrow.parquet as pq
 
 import streamclust
@@ -91,3 +92,36 @@ def test_two_successive_updates_of_slk_and_d_gmm(tmp_path):
             m = streamclust.update(str(data), str(tmp_path / algo), progress=False)
             assert m.info["rows"] == e and m.info["update"]["rows_added"] == 2000
             assert (m.predict(X[:5000]) == fits[algo].predict(X[:5000])).mean() > 0.95, algo
+
+
+def test_ism_update_resumes_on_its_grown_sample_and_stops_at_update_rounds(tmp_path):
+    """A killed ISM update resumes on the grown sample its checkpoint names (not the fit's
+    ctx.sample()), and runs at most update_rounds rounds."""
+    X, y = make_blobs(n=3000, k=3, d=4, seed=23, spread=2.0)
+    data = tmp_path / "data"
+    data.mkdir()
+    _write(str(data / "a.parquet"), X[:2000], y[:2000])
+    for w in ("full", "cut"):
+        streamclust.fit(str(data), "ism", 3, features="x", work_dir=str(tmp_path / w),
+                        sample_size=500, tol=0.0, max_rounds=6, update_rounds=4, progress=False)
+    _write(str(data / "b.parquet"), X[2000:], y[2000:])
+    full = streamclust.update(str(data), str(tmp_path / "full"), progress=False)
+    assert full.info["epochs"] == 4  # tol 0: update_rounds, not max_rounds
+    assert (full.sample_ids_ >= 2000).any()  # the grown sample holds new rows
+    from streamclust import hookimpl
+    from streamclust.plugins import PluginHost
+
+    class Stop:  # an update dies in its third epoch (the second's checkpoint is written)
+        @hookimpl
+        def streamclust_epoch_finished(self, run, report):
+            if report["epoch"] == first + 2:
+                raise RuntimeError("killed")
+    first = len(full.history) - 4
+    with pytest.raises(RuntimeError, match="killed"):
+        streamclust.update(str(data), str(tmp_path / "cut"), progress=False,
+                           host=PluginHost(extra_plugins=[Stop()]))
+    done = streamclust.update(str(data), str(tmp_path / "cut"), progress=False, resume=True)
+    assert done.info["resumed_from_epoch"] == first + 2
+    assert np.array_equal(done.sample_ids_, full.sample_ids_)
+    np.testing.assert_allclose(done.W_, full.W_, rtol=1e-6, atol=1e-9)
+    assert np.array_equal(done.predict(X), full.predict(X))

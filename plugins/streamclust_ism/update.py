@@ -82,6 +82,7 @@ class Updates:
         self._warm = (old, self._fitted_labels(ctx, old, state))
         ids = grown_sample(old, n_old, n, h["sample_size"], ctx.rng(0x15A, n))
         self._load_sample(ctx, ids)
+        self._grown = True  # the sample is no ctx.sample(): a resumed update reloads its ids
         self._cand = int(state.get("candidate", 0))
         self._tried, self._final = [], True  # the fit's candidate: no search again
         self._prepare()
