@@ -52,6 +52,15 @@ class Model:
             return np.arange(self.n_clusters, dtype=np.int64)
         return self._ids
 
+    @cluster_ids.setter
+    def cluster_ids(self, ids) -> None:
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.shape != (self.n_clusters,) or (ids.size and ids.min() < 0) or \
+                len(np.unique(ids)) != ids.size:
+            raise ValueError(f"cluster_ids must be {self.n_clusters} distinct non-negative "
+                             f"integers, got {ids!r}")
+        self._ids = ids
+
     def public_labels(self, labels) -> np.ndarray:
         """The algorithm's labels (``0 .. k-1``, -1: none) as the model's cluster ids (int32)."""
         labels = np.asarray(labels, dtype=np.int32)

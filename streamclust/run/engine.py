@@ -165,7 +165,7 @@ def _clear_row_state(work_dir: str) -> None:
 def _begin(st: _State, resume: bool):
     """Restore the algorithm from the work directory's checkpoint (``resume``) or ``start`` it.
     Returns the first epoch to run."""
-    algo, ctx, run = st.algo, st.ctx, st.run
+    algo, ctx = st.algo, st.ctx
     found = checkpoint.find(ctx.work_dir) if resume else None
     if resume and found is None:
         log.warning("%s: no checkpoint to resume from; starting a fresh fit", ctx.work_dir)
@@ -176,14 +176,23 @@ def _begin(st: _State, resume: bool):
         st.info["start"] = {"seconds": time.perf_counter() - t,
                             "distance_evaluations": ctx.distance_evaluations}
         return 0
+    return int(resume_from(st, found)["epoch"])
+
+
+def resume_from(st: _State, found: str) -> dict:
+    """The run continued from the checkpoint directory ``found`` (of ``st.identity``): row
+    state put back, the algorithm restored, history and counters as they were; returns the
+    checkpoint's meta."""
+    ctx = st.ctx
     meta = checkpoint.load(found, st.identity)
     checkpoint.restore_row_state(found, ctx.work_dir, meta["row_state"])
-    algo.restore(ctx, meta["state"])
-    run.history = list(meta["history"])
+    st.algo.restore(ctx, meta["state"])
+    st.run.history = list(meta["history"])
     ctx.distance_evaluations = int(meta["extra"]["distance_evaluations"])
     st.info["start"] = meta["extra"]["start"]
     st.info["resumed_from_epoch"] = int(meta["epoch"])
-    return int(meta["epoch"])
+    st.since = int(meta["extra"].get("since", 0))
+    return meta
 
 
 def _epoch(st: _State, epoch: int, host) -> bool:

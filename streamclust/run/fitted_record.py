@@ -58,7 +58,7 @@ def write_base(work_dir: str, identity: dict, model, cache, seed: int, next_id: 
     np.savez(os.path.join(tmp, "match.npz"), ids=ids, labels=labels)
     atomic_json(os.path.join(tmp, "base.json"),
                 {"identity": identity, "rows": n, "cluster_ids": model.cluster_ids.tolist(),
-                 "next_id": int(next_id), "files": model.info.get("files", [])})
+                 "next_id": int(next_id)})
     if os.path.exists(final):
         shutil.rmtree(old, ignore_errors=True)
         os.replace(final, old)

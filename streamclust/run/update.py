@@ -156,7 +156,9 @@ def update(data, work_dir: str, *, max_epochs: int = 100, progress: bool | None 
     with WorkDirLock(work_dir):  # the base is read under the lock a writer of it holds
         base = read_base(work_dir)
     if base.get("updatable") is False:
-        _refuse(base["algorithm"], host)
+        _refuse(base["algorithm"], host)  # (an algorithm that gained the hook since:)
+        raise StreamclustError(f"{work_dir}: the fit here left nothing to update from (its "
+                               f"algorithm '{base['algorithm']}' could not update then); fit again")
     ident = base["identity"]
     check_settings(ident, expect or {})
     cls = _refuse(ident["algorithm"], host)
@@ -192,10 +194,9 @@ def update(data, work_dir: str, *, max_epochs: int = 100, progress: bool | None 
                                    "(was the work directory used by another fit?); fit again")
         st.ctx.old_rows = n_old
         st.identity = dict(st.identity, update_of=ident["data"])
-        first, since = _begin_update(st, base, resume)
-        st.since = since
+        first, st.since = _begin_update(st, base, resume)
         st.info["update"] = {"rows_before": n_old, "rows_added": cache.n_rows - n_old,
-                             "files_added": added, "epochs_before": since}
+                             "files_added": added, "epochs_before": st.since}
         host.hook.streamclust_run_started(run=st.run)
         model = engine._finish(st, engine._loop(st, first, first + max_epochs, host), host)
         known = _stable_ids(model, base, cache)
@@ -222,14 +223,8 @@ def _begin_update(st, base, resume: bool):
         with open(os.path.join(found, "checkpoint.json")) as f:
             mine = json.load(f).get("identity") == json.loads(json.dumps(st.identity))
         if mine:
-            meta = checkpoint.load(found, st.identity)
-            checkpoint.restore_row_state(found, ctx.work_dir, meta["row_state"])
-            st.algo.restore(ctx, meta["state"])
-            run.history = list(meta["history"])
-            ctx.distance_evaluations = int(meta["extra"]["distance_evaluations"])
-            st.info["start"] = meta["extra"]["start"]
-            st.info["resumed_from_epoch"] = int(meta["epoch"])
-            return int(meta["epoch"]), int(meta["extra"]["since"])
+            meta = engine.resume_from(st, found)  # (sets st.since)
+            return int(meta["epoch"]), st.since
         log.info("%s: the checkpoint is not of this update; starting it from the fitted model",
                  ctx.work_dir)
     meta = base["checkpoint"]
@@ -254,7 +249,7 @@ def _stable_ids(model, base, cache):
     new = model.algorithm_.predict(cache.take(ids)).labels
     cluster_ids, next_id, events = match_ids(base["match_labels"], new, model.n_clusters,
                                              base["next_id"])
-    model._ids = cluster_ids
+    model.cluster_ids = cluster_ids
     same = np.asarray(base["match_labels"]) == model.public_labels(new)
     model.info["update"].update(next_id=next_id, ids=events,
                                 labels_kept=float(same.mean()) if len(same) else 1.0)
