@@ -104,6 +104,10 @@ def _print(obj, as_json: bool) -> None:
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 _EXCLUDE = click.option("--exclude", "-x", multiple=True, metavar="COLUMNS",
                         help="Columns (names or globs, comma-separated) never taken as features.")
+_METRIC = click.option("--metric", type=click.Choice(["euclidean", "cosine"]), default="euclidean",
+                       show_default=True,
+                       help="cosine: every row divided by its norm (after --scale) in the cache "
+                            "pass and by predict, for embeddings compared by angle.")
 _FEATURES = click.option("--features", "-f", multiple=True, metavar="COLUMNS",
                          help="Feature columns: one list column or numeric columns, names or globs "
                               "('p*'), comma-separated.  Default: the only list column, else every "
@@ -141,6 +145,7 @@ def main(ctx, verbose, log_level):
 @click.option("--scale", type=click.Choice(["none", "standard", "minmax"]), default="none",
               show_default=True, help="Scale each feature (statistics from the data, stored in "
                                       "the model and applied by predict).")
+@_METRIC
 @click.option("--set", "sets", multiple=True, metavar="NAME=VALUE", help="Algorithm parameter.")
 @click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True)
 @click.option("--batch-size", type=click.IntRange(1, INT32), default=65536, show_default=True)
@@ -161,7 +166,7 @@ def main(ctx, verbose, log_level):
 @click.option("--out", "-o", required=True, help="Model directory to write.")
 @click.option("--overwrite", is_flag=True, help="Replace the model in an existing --out.")
 @_JSON
-def fit(data, algorithm, clusters, features, exclude, scale, sets, seed, batch_size, max_epochs,
+def fit(data, algorithm, clusters, features, exclude, scale, metric, sets, seed, batch_size, max_epochs,
         work_dir, update, skip_invalid, quiet, scheduler, workers, resume, out, overwrite, as_json,
         memory_limit):
     """Fit a clustering of DATA and save the model to --out.
@@ -178,7 +183,7 @@ def fit(data, algorithm, clusters, features, exclude, scale, sets, seed, batch_s
         return _update(data, work_dir, sets, max_epochs, quiet, scheduler, workers, resume, out,
                        overwrite, as_json, memory_limit,
                        {k: v for k, v in (("algorithm", algorithm), ("n_clusters", clusters),
-                                          ("seed", seed), ("scale", scale),
+                                          ("seed", seed), ("scale", scale), ("metric", metric),
                                           ("batch_size", batch_size), ("skip_invalid", skip_invalid))
                         if click.get_current_context().get_parameter_source(
                             "clusters" if k == "n_clusters" else k).name != "DEFAULT"})
@@ -195,7 +200,7 @@ def fit(data, algorithm, clusters, features, exclude, scale, sets, seed, batch_s
     executor = _dask(scheduler, workers)
     try:
         model = _fit(data, algorithm, clusters, features=_split(features),
-                     exclude=_split(exclude), scale=scale, seed=seed,
+                     exclude=_split(exclude), scale=scale, metric=metric, seed=seed,
                      batch_size=batch_size, max_epochs=max_epochs, work_dir=work_dir,
                      on_invalid="skip" if skip_invalid else "error",
                      progress=False if quiet else None, executor=executor, resume=resume,
@@ -214,7 +219,7 @@ def fit(data, algorithm, clusters, features, exclude, scale, sets, seed, batch_s
         _print({"algorithm": algorithm, "n_clusters": model.n_clusters, "rows": info["rows"],
                 "rows_skipped": info["rows_skipped"], "features": list(model.feature_spec.columns),
                 "n_features": info["features"], "features_left_out": info.get("features_left_out", {}),
-                "scale": scale, "epochs": info["epochs"], "converged": info["converged"],
+                "scale": scale, "metric": metric, "epochs": info["epochs"], "converged": info["converged"],
                 **({"stopped": info["stopped"]} if "stopped" in info else {}),
                 "objective": objective, "seconds": info["seconds"], "out": path}, True)
         return
@@ -350,6 +355,7 @@ def report(model_dir, data, out, labels, sample, batch_size, skip_invalid, overw
 @_EXCLUDE
 @click.option("--scale", type=click.Choice(["none", "standard", "minmax"]), default="none",
               show_default=True)
+@_METRIC
 @click.option("--set", "sets", multiple=True, metavar="NAME=VALUE", help="Algorithm parameter.")
 @click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True)
 @click.option("--batch-size", type=click.IntRange(1, INT32), default=65536, show_default=True)
@@ -358,7 +364,7 @@ def report(model_dir, data, out, labels, sample, batch_size, skip_invalid, overw
 @click.option("--overwrite", is_flag=True, help="Replace an existing --out.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @_JSON
-def sweep(data, algorithm, ks, sample, seeds, features, exclude, scale, sets, seed, batch_size,
+def sweep(data, algorithm, ks, sample, seeds, features, exclude, scale, metric, sets, seed, batch_size,
           skip_invalid, out, overwrite, quiet, as_json):
     """Fit ALGORITHM on a sample of DATA for a range of k; print the criteria and suggest k."""
     from .base.atomic import check_output_file
@@ -367,7 +373,7 @@ def sweep(data, algorithm, ks, sample, seeds, features, exclude, scale, sets, se
     if out:
         check_output_file(out, (), overwrite)  # before the fits, not after
     res = _sweep(data, algorithm, ks, sample=sample, seeds=seeds, seed=seed,
-                 features=_split(features), exclude=_split(exclude), scale=scale,
+                 features=_split(features), exclude=_split(exclude), scale=scale, metric=metric,
                  batch_size=batch_size, on_invalid="skip" if skip_invalid else "error",
                  progress=False if quiet else None, params=_parse_set(sets))
     if out:
@@ -386,6 +392,7 @@ def sweep(data, algorithm, ks, sample, seeds, features, exclude, scale, sets, se
 @_EXCLUDE
 @click.option("--scale", type=click.Choice(["none", "standard", "minmax"]), default="none",
               show_default=True, help="Scale each feature before the search.")
+@_METRIC
 @click.option("--out", "-o", required=True,
               help="Directory for the feature cache, the hnswlib cells and knn/graph_*.npy "
                    "(reused by a later run with the same settings).")
@@ -406,7 +413,7 @@ def sweep(data, algorithm, ks, sample, seeds, features, exclude, scale, sets, se
 @click.option("--workers", type=click.IntRange(1, 10_000), default=None, help="Workers of --scheduler local (default 2).")
 @click.option("--reference-rows", type=click.IntRange(0, 2**40), default=0, show_default=True,
               help="Search each row's neighbours among a uniform sample of this many rows (0: all rows).")
-def graph(data, neighbors, features, exclude, scale, out, cell_rows, ef, degree, m, batch_size,
+def graph(data, neighbors, features, exclude, scale, metric, out, cell_rows, ef, degree, m, batch_size,
           scheduler, workers, memory_limit, reference_rows):
     """Build the kNN graph of DATA (ids N×k int64, distances N×k float32) into --out."""
     import os
@@ -416,7 +423,7 @@ def graph(data, neighbors, features, exclude, scale, out, cell_rows, ef, degree,
     executor = _dask(scheduler, workers)
     try:
         g = knn_graph(data, neighbors, features=_split(features), exclude=_split(exclude),
-                      scale=scale, work_dir=out,
+                      scale=scale, metric=metric, work_dir=out,
                       batch_size=batch_size, cell_rows=cell_rows, ef=ef, degree=degree, M=m,
                       executor=executor,
                       memory_limit=memory_limit, reference_rows=reference_rows)

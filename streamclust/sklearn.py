@@ -7,7 +7,7 @@ polars data frames (through Arrow) and lists; after ``fit``: ``labels_``, ``n_fe
 ``feature_names_in_`` (data frames), ``n_iter_`` (epochs), ``model_`` (the
 :class:`streamclust.Model`), and ``cluster_centers_`` for algorithms that have centres (D-GMM's
 means, SLK's modes (without its row normalisation), INFEX's exemplars; in the units of ``X``
-also under ``scale=``).  ``ISM``
+also under ``scale=``; not under ``metric="cosine"``, whose centres are those of unit rows).  ``ISM``
 takes the existing clustering as ``y``.  ``DGMM.partial_fit`` learns from a stream of batches.
 
 Data larger than memory is better given to :func:`streamclust.fit` as a path: an estimator's
@@ -26,7 +26,7 @@ from sklearn.utils.validation import check_is_fitted, check_random_state, valida
 
 from .run.engine import fit as _fit
 
-_COMMON = {"n_clusters": 8, "scale": "none", "max_epochs": 100, "random_state": None,
+_COMMON = {"n_clusters": 8, "scale": "none", "metric": "euclidean", "max_epochs": 100, "random_state": None,
            "batch_size": 65536}
 
 
@@ -72,7 +72,7 @@ class _Base(ClusterMixin, BaseEstimator):
             self.__dict__.pop(stale, None)
         self.model_ = _fit(data, self._algo_name(), k, seed=_seed(self.random_state),
                            max_epochs=self.max_epochs, batch_size=self.batch_size,
-                           scale=self.scale, progress=False, **params)
+                           scale=self.scale, metric=self.metric, progress=False, **params)
         self.labels_ = self.model_.predict(X).astype(np.intp)
         self.n_clusters_ = int(self.model_.n_clusters)
         self.n_iter_ = len(self.model_.history)
@@ -81,7 +81,8 @@ class _Base(ClusterMixin, BaseEstimator):
 
     def _set_centres(self):
         C = getattr(self.model_.algorithm_, "cluster_centers_", None)
-        if C is not None and not self.model_.algorithm_.requirements().transform:
+        if C is not None and not self.model_.algorithm_.requirements().transform and \
+                self.model_.metric == "euclidean":  # unit rows' centres have no units of X
             C = np.asarray(C, dtype=np.float64)
             scaler = self.model_.scaler
             self.cluster_centers_ = scaler.inverse(C) if scaler is not None else C
@@ -157,7 +158,7 @@ class _DGMMBase(_CentroidTransform, _Base):
 
     def _online(self, X, first: bool):
         m = self.model_
-        Z = m.scaler.apply(X) if m.scaler is not None else X  # the model's space
+        Z = m._model_rows(X)  # the model's space (scaled, unit rows under cosine)
         _, R = m.predict(X, soft=True)  # posteriors under the current means and σ²
         means = np.asarray(m.algorithm_.means_, np.float64)
         Z = Z.astype(np.float64)
@@ -204,12 +205,13 @@ def __getattr__(name):  # the classes are built on first use (loading the plugin
 class Clusterer(_Base):
     """Any installed algorithm: ``Clusterer(algorithm="kmeans", n_clusters=5, params={...})``."""
 
-    def __init__(self, algorithm="dgmm", n_clusters=8, *, params=None, scale="none", max_epochs=100,
-                 random_state=None, batch_size=65536):
+    def __init__(self, algorithm="dgmm", n_clusters=8, *, params=None, scale="none",
+                 metric="euclidean", max_epochs=100, random_state=None, batch_size=65536):
         self.algorithm = algorithm
         self.n_clusters = n_clusters
         self.params = params
         self.scale = scale
+        self.metric = metric
         self.max_epochs = max_epochs
         self.random_state = random_state
         self.batch_size = batch_size

@@ -126,9 +126,11 @@ def _suggest(rows, n, seeds) -> tuple[int, str]:
 
 
 def sweep(data, algorithm: str, ks, *, sample: int = 3000, seeds: int = 3, seed: int = 0,
-          features=None, exclude=None, scale: str = "none", batch_size: int = 65536,
+          features=None, exclude=None, scale: str = "none", metric: str = "euclidean",
+          batch_size: int = 65536,
           on_invalid: str = "error", progress: bool | None = None, params: dict | None = None) -> SweepResult:
-    """Fit ``algorithm`` on a sample of ``data`` for every k in ``ks`` (see the module's text)."""
+    """Fit ``algorithm`` on a sample of ``data`` for every k in ``ks`` (see the module's text);
+    ``scale`` and ``metric`` as in :func:`streamclust.fit`."""
     from .run.engine import _progress_enabled
     from .plugins import PluginHost
     ks = parse_ks(ks)
@@ -146,14 +148,14 @@ def sweep(data, algorithm: str, ks, *, sample: int = 3000, seeds: int = 3, seed:
     level = engine_log.level
     engine_log.setLevel(max(level, logging.WARNING))  # one line per inner fit would drown the table
     try:
-        _fits(res, S, algorithm, ks, seeds, seed, scale, params, _progress_enabled(progress))
+        _fits(res, S, algorithm, ks, seeds, seed, (scale, metric), params, _progress_enabled(progress))
     finally:
         engine_log.setLevel(level)
     res.suggested, res.reason = _suggest(res.rows, len(S), seeds)
     return res
 
 
-def _fits(res, S, algorithm, ks, seeds, seed, scale, params, show):
+def _fits(res, S, algorithm, ks, seeds, seed, space, params, show):
     from .run.engine import fit
     from .model.metrics import adjusted_rand, silhouette
     from .base.progress import bar as progress_bar
@@ -162,7 +164,7 @@ def _fits(res, S, algorithm, ks, seeds, seed, scale, params, show):
             t = time.perf_counter()
             labelings, objectives, sils, bics = [], [], [], []
             for s in range(seeds):
-                m = fit(S, algorithm, k, seed=seed + s, scale=scale, progress=False,
+                m = fit(S, algorithm, k, seed=seed + s, scale=space[0], metric=space[1], progress=False,
                         **(params or {}))
                 Z = m._model_rows(S)
                 labels = np.asarray(m.algorithm_.predict(Z).labels)

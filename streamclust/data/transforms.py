@@ -1,11 +1,31 @@
 """Row transforms an algorithm may ask the engine to apply to every row (``Requirements.transform``):
 the feature cache holds transformed rows and :class:`streamclust.Model` applies the same transform
-before ``predict``, so an algorithm never sees untransformed rows."""
+before ``predict``, so an algorithm never sees untransformed rows.
+
+A user's ``metric`` (``fit(metric="cosine")`` / ``--metric cosine``) is the same row transform
+chosen for the data rather than by the algorithm: on unit rows the squared Euclidean distance is
+``2 − 2 cos``, so the kNN graph and every Euclidean algorithm rank and group the rows as cosine
+similarity does (the inner product of unit rows is the cosine too)."""
 from __future__ import annotations
 
 import numpy as np
 
 TRANSFORMS = ("", "l2")
+METRICS = ("euclidean", "cosine")
+
+
+def check_metric(name) -> str:
+    if name is None:
+        return "euclidean"
+    if name not in METRICS:
+        from ..errors import ParameterError
+        raise ParameterError(f"metric must be one of {list(METRICS)}, got {name!r}")
+    return name
+
+
+def row_transform(metric: str, required: str = "") -> str:
+    """The transform the cache applies: ``l2`` for the cosine metric, else the algorithm's."""
+    return "l2" if check_metric(metric) == "cosine" else check(required)
 
 
 def check(name: str) -> str:

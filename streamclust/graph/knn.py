@@ -42,6 +42,7 @@ from .cells import remove_scratch
 from .index import KNNIndex
 from .tasks import cell_path, hnsw_cell, reference_path
 from ..data.sources import open_data
+from ..data.transforms import row_transform
 
 KNN_DIR = "knn"
 META = "knn.json"
@@ -314,13 +315,14 @@ def load_index(directory: str, threads: int = -1, progress=None) -> KNNIndex:
 
 def knn_graph(data, n_neighbors: int = 5, *, features=None, exclude=None, work_dir: str | None = None,
               batch_size: int = 65536, on_invalid: str = "error", scale: str = "none",
-              **options) -> KNNGraph:
+              metric: str = "euclidean", **options) -> KNNGraph:
     """The kNN graph of ``data`` (path, array, pyarrow data): ``.ids`` and ``.distances``.
 
     ``work_dir`` keeps the feature cache, the hnswlib shards and the graph for reuse and for
     appending rows later; without it they live in a temporary directory and the returned arrays
-    are in memory.  ``options``: those of :func:`build_graph` and ``progress``.  ``features`` / ``exclude`` / ``scale``: as in
-    :func:`streamclust.fit`.
+    are in memory.  ``options``: those of :func:`build_graph` and ``progress``.  ``features`` /
+    ``exclude`` / ``scale`` / ``metric``: as in :func:`streamclust.fit` (under ``cosine`` the
+    distances are those of the unit rows, ``sqrt(2 − 2 cos)``).
     """
     from ..base.workdir import WorkDirLock
     for name, v in (("n_neighbors", n_neighbors), ("batch_size", batch_size)):
@@ -328,6 +330,7 @@ def knn_graph(data, n_neighbors: int = 5, *, features=None, exclude=None, work_d
             # checked before anything is written (the cache pass would leave a full cache)
             raise ParameterError(f"{name} must be an integer >= 1, got {v!r}")
     check_reference(n_neighbors, options.get("reference_rows", 0))
+    transform = row_transform(metric)
     d = open_data(data, features=features, on_invalid=on_invalid, exclude=exclude)
     if all(isinstance(options.get(o, 1), int) for o in ("cell_rows", "degree", "max_candidates")):
         # the budget checked before the cache pass (build_graph checks again, with every option)
@@ -346,7 +349,7 @@ def knn_graph(data, n_neighbors: int = 5, *, features=None, exclude=None, work_d
     try:
         with WorkDirLock(work_dir):  # one writer per directory: a fit or another graph waits
             locked = True  # from here on the directory is this run's to remove on failure
-            cache = FeatureCache.build(d, work_dir, batch_size, scale=scale)
+            cache = FeatureCache.build(d, work_dir, batch_size, scale=scale, transform=transform)
             g = build_graph(cache, n_neighbors, os.path.join(work_dir, KNN_DIR),
                             batch_size=batch_size, **options)
             if owned:

@@ -96,6 +96,7 @@ def save_model(model, path: str, overwrite: bool = False) -> str:
                 "history": model.history, "info": model.info, "state": extra,
                 "cluster_ids": model.cluster_ids.tolist(),
                 "scale": None if model.scaler is None else model.scaler.to_json(),
+                "metric": model.metric,
                 "arrays": sorted(arrays), "arrays_sha256": _sha256(os.path.join(tmp, ARRAYS)),
                 "files": files}
         meta = json.loads(json.dumps(jsonable(meta)))  # as a reader will see it
@@ -121,7 +122,8 @@ def save_model(model, path: str, overwrite: bool = False) -> str:
 def read_model(path: str, host=None) -> dict:
     """Read a model directory written by :func:`save_model`, checking every checksum first; never
     executes its content.  Returns the keyword arguments of :class:`~streamclust.model.fitted.Model`
-    (``algo``, ``spec``, ``n_features``, ``history``, ``info``, ``scaler``)."""
+    (``algo``, ``spec``, ``n_features``, ``history``, ``info``, ``scaler``, ``cluster_ids``,
+    ``metric``)."""
     from ..plugins import PluginHost
     mj, ar = os.path.join(path, MODEL_JSON), os.path.join(path, ARRAYS)
     if not os.path.isfile(mj) or not os.path.isfile(ar):
@@ -180,6 +182,11 @@ def read_model(path: str, host=None) -> dict:
     spec = FeatureSpec.from_json(meta["features"]) if meta.get("features") else None
     from ..data.scaling import Scaler
     scaler = Scaler.from_json(meta.get("scale"), n_features, mj)
+    from ..data.transforms import check_metric
+    try:
+        metric = check_metric(meta.get("metric"))
+    except StreamclustError as e:
+        raise ModelError(f"{mj}: {e}") from None
     ids = meta.get("cluster_ids")
     if ids is not None:
         ids = np.asarray(ids)
@@ -188,4 +195,5 @@ def read_model(path: str, host=None) -> dict:
             raise StreamclustError(f"{mj}: 'cluster_ids' must be {algo.n_clusters} distinct "
                                    "non-negative integers")
     return {"algo": algo, "spec": spec, "n_features": n_features, "history": meta.get("history"),
-            "info": meta.get("info"), "scaler": scaler, "cluster_ids": ids}
+            "info": meta.get("info"), "scaler": scaler, "cluster_ids": ids,
+            "metric": metric}

@@ -20,8 +20,9 @@ class Model:
 
     def __init__(self, algo: Algorithm, spec: FeatureSpec | None, n_features: int,
                  history: list | None = None, info: dict | None = None, scaler=None,
-                 cluster_ids=None):
+                 cluster_ids=None, metric: str = "euclidean"):
         self.algorithm_ = algo
+        self.metric = metric  # "cosine": rows are divided by their norm (after any scaling)
         self._ids = None if cluster_ids is None else np.asarray(cluster_ids, np.int64)
         self.scaler = scaler  # streamclust.data.scaling.Scaler (fit(scale=...)) or None
         self.feature_spec = spec
@@ -91,11 +92,12 @@ class Model:
         return X
 
     def _model_rows(self, X: np.ndarray) -> np.ndarray:
-        """Rows as the algorithm saw them in the fit: scaled, then transformed."""
-        from ..data.transforms import apply
+        """Rows as the algorithm saw them in the fit: scaled, then transformed (the metric's
+        transform, else the algorithm's)."""
+        from ..data.transforms import apply, row_transform
         if self.scaler is not None:
             X = self.scaler.apply(X)
-        return apply(self.algorithm_.requirements().transform, X)
+        return apply(row_transform(self.metric, self.algorithm_.requirements().transform), X)
 
     def _predict_rows(self, X: np.ndarray, soft: bool = False):
         return self.algorithm_.predict(self._model_rows(X), soft=soft)

@@ -207,6 +207,7 @@ def render(model, stats: dict | None = None) -> str:
                ("rows skipped", info.get("rows_skipped", 0)), ("features", model.n_features),
                ("feature columns", ", ".join(model.feature_spec.columns) if model.feature_spec else "-"),
                ("scaling", model.scaler.method if model.scaler is not None else "none"),
+               ("metric", model.metric),
                ("epochs", info.get("epochs", len(h))), ("converged", info.get("converged", "?")),
                ("objective", last.get("objective", float("nan"))),
                ("seconds", info.get("seconds", float("nan"))),

@@ -24,6 +24,7 @@ from ..base.interrupt import check
 from ..model.fitted import Model
 from ..plugins import PluginHost
 from ..data.scaling import check_scale
+from ..data.transforms import check_metric, row_transform
 from ..data.sources import open_data
 
 log = logging.getLogger(__name__)
@@ -121,7 +122,8 @@ def _prepare(algo, d, work_dir, executor, opts) -> _State:
     t0 = time.perf_counter()
     with _bar(show, total=d.n_rows, unit="rows", desc="reading", leave=False) as bar:
         cache = FeatureCache.build(d, work_dir, opts["batch_size"], progress=bar.update,
-                                   columns=req.columns, transform=req.transform, scale=opts["scale"],
+                                   columns=req.columns, transform=row_transform(opts["metric"], req.transform),
+                                   scale=opts["scale"],
                                    keep_scaling=opts.get("keep_scaling", False))
     log.info("feature cache: %d rows × %d features (%.1f MB) in %s, %.2f s", cache.n_rows,
              cache.n_features, cache.n_rows * cache.n_features * 4 / 1e6, work_dir,
@@ -150,7 +152,7 @@ def _prepare(algo, d, work_dir, executor, opts) -> _State:
     identity = {"algorithm": algo.name, "params": algo.get_params(),
                 "batch_size": opts["batch_size"], "data": cache.meta.get("fingerprint"),
                 "rows": cache.n_rows, "features": d.spec.to_json(), "on_invalid": d.on_invalid,
-                "scale": opts["scale"]}
+                "scale": opts["scale"], "metric": opts["metric"]}
     return _State(algo, d, ctx, run, identity, show, not opts["owned"] and algo.can_resume(), info)
 
 
@@ -249,7 +251,7 @@ def _finish(st: _State, converged: bool, host) -> Model:
              st.algo.n_clusters, info["epochs"], converged,
              f" (stopped: {info['stopped']})" if "stopped" in info else "", info["seconds"])
     model = Model(st.algo, st.data.spec, st.ctx.n_features, st.run.history, info,
-                  scaler=st.ctx.data.scaler)
+                  scaler=st.ctx.data.scaler, metric=st.identity.get("metric", "euclidean"))
     host.hook.streamclust_run_finished(run=st.run, model=model)
     return model
 
@@ -259,7 +261,8 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
         batch_size: int = 65536, max_epochs: int = 100, work_dir: str | None = None,
         on_invalid: str = "error", progress: bool | None = None, host: PluginHost | None = None,
         executor=None, client=None, knn_options: dict | None = None, resume: bool = False,
-        blas_threads: int | None = 1, scale: str = "none", memory_limit=None, **params) -> Model:
+        blas_threads: int | None = 1, scale: str = "none", metric: str = "euclidean",
+        memory_limit=None, **params) -> Model:
     """Fit ``algorithm`` with ``n_clusters`` clusters on ``data`` and return the :class:`Model`.
 
     ``n_clusters``: default 8, except for algorithms that choose the number themselves
@@ -278,7 +281,10 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
     (algorithms that support it) and ``resume=True`` continues from it; a work directory is used
     by one run at a time.  ``scale``: ``none`` (default), ``standard`` or ``minmax``: statistics
     from the cache pass, applied to the cache, stored in the model and applied by ``predict``
-    (see :mod:`streamclust.data.scaling`).  ``blas_threads``: BLAS threads during the fit (default 1: numba
+    (see :mod:`streamclust.data.scaling`).  ``metric``: ``euclidean`` (default) or ``cosine``:
+    every row (after any scaling) is divided by its norm in the cache pass and by ``predict``, so
+    the graph and the algorithms compare rows by angle (``2 − 2 cos`` is their squared distance);
+    the model records it.  ``blas_threads``: BLAS threads during the fit (default 1: numba
     kernels own the cores; ``None`` leaves BLAS as it is).  ``memory_limit``: bytes or ``"4GB"``
     (default: half the memory available); a fit whose batches or kNN cells cannot fit stops
     before the first pass, and the graph's cells are sized to fit it.
@@ -288,6 +294,7 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
     if blas_threads is not None:
         _check_int("blas_threads", blas_threads, 1)
     scale = check_scale(scale)
+    metric = check_metric(metric)
     host = host or PluginHost()
     cls = host.algorithm(algorithm)
     if n_clusters is None and not cls.chooses_k:
@@ -309,7 +316,8 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
         stack.enter_context(limit_blas(blas_threads))
         st = _prepare(algo, d, work_dir, executor, {"show": _progress_enabled(progress), "owned": owned,
                                                     "batch_size": batch_size, "knn_options": knn_options,
-                                                    "scale": scale, "memory_limit": limit})
+                                                    "scale": scale, "metric": metric,
+                                                    "memory_limit": limit})
         log.info("fitting %s (k=%s, seed %d, executor %s)", algo.name, algo.n_clusters, seed,
                  getattr(executor, "name", type(executor).__name__))
         from .fitted_record import forget_base, write_base, write_no_base

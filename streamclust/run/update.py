@@ -112,11 +112,12 @@ def match_ids(old_labels, new_labels, n_new: int, next_id: int):
 # -- the update ------------------------------------------------------------------------------------
 def check_settings(ident: dict, given: dict) -> None:
     """Settings given to an update must be the fitted run's (an update cannot change them):
-    ``given`` maps ``algorithm``, ``n_clusters``, ``seed``, ``params``, ``scale``,
+    ``given`` maps ``algorithm``, ``n_clusters``, ``seed``, ``params``, ``scale``, ``metric``,
     ``batch_size`` to a value, or None where not given (the features are always the fit's)."""
     p = ident["params"]
     fitted = {"algorithm": ident["algorithm"], "n_clusters": p["n_clusters"], "seed": p["seed"],
-              "scale": ident.get("scale", "none"), "batch_size": ident["batch_size"]}
+              "scale": ident.get("scale", "none"), "metric": ident.get("metric", "euclidean"),
+              "batch_size": ident["batch_size"]}
     for key, value in given.items():
         if value is None or key == "params":
             continue
@@ -141,7 +142,7 @@ def update(data, work_dir: str, *, max_epochs: int = 100, progress: bool | None 
     the module docstring); returns the updated :class:`~streamclust.Model`, or None when
     ``data`` holds no new file ("already up to date": nothing is written).
 
-    The algorithm, its parameters, the features, the scaling and the batch size are the
+    The algorithm, its parameters, the features, the scaling, the metric and the batch size are the
     fitted run's.  ``max_epochs``: epochs of the update at most.  ``resume=True`` continues an
     update killed in ``work_dir`` (from its last epoch's checkpoint), else it starts again from
     the fitted model.  Other arguments as for :func:`streamclust.fit`."""
@@ -185,7 +186,8 @@ def update(data, work_dir: str, *, max_epochs: int = 100, progress: bool | None 
         st = engine._prepare(algo, d, work_dir, executor,
                              {"show": engine._progress_enabled(progress), "owned": False,
                               "batch_size": batch_size, "knn_options": knn_options,
-                              "scale": ident.get("scale", "none"), "memory_limit": limit,
+                              "scale": ident.get("scale", "none"),
+                              "metric": ident.get("metric", "euclidean"), "memory_limit": limit,
                               "keep_scaling": True})
         n_old = int(base["rows"])
         cache = st.ctx.data
