@@ -84,16 +84,61 @@ def test_walk_finds_the_nearest_rows_and_a_bound_drops_only_farther_ones():
     E = cell[::20]
     starts = (np.arange(0, 2000, 20)[W.nearest_entries(E, (E * E).sum(1), Q, 8)]).astype(np.int32)
     out = (np.empty((500, 10), np.int32), np.empty((500, 10), np.float32))
-    W.beam_search(cell, graph, starts, Q, out, 24, np.full(500, np.inf, np.float32))
+    flat = (cell, np.zeros((2000, 0), np.float32))  # no projection: every row read in full
+    Qs = (Q, np.zeros((500, 0), np.float32))
+    W.beam_search(flat, graph, starts, Qs, out, 24, np.full(500, np.inf, np.float32))
     exact, exact_d2 = _exact(cell, Q, 10)
     assert _recall(out[0], exact) >= 0.98
     # the walk kept within twice the squared 10th distance, as a probe's is: the neighbours are
     # still found; within the 5th distance it finds nothing: it stops at its entries
     r2 = exact_d2[:, 9].astype(np.float32)
     near = (np.empty((500, 10), np.int32), np.empty((500, 10), np.float32))
-    W.beam_search(cell, graph, starts, Q, near, 24, 2 * r2)
+    W.beam_search(flat, graph, starts, Qs, near, 24, 2 * r2)
     assert _recall(near[0], exact) >= 0.97
     none = (np.empty((500, 10), np.int32), np.empty((500, 10), np.float32))
-    W.beam_search(cell, graph, np.full((500, 1), 0, np.int32), Q, none, 24, exact_d2[:, 4].astype(np.float32))
+    W.beam_search(flat, graph, np.full((500, 1), 0, np.int32), Qs, none, 24, exact_d2[:, 4].astype(np.float32))
     far = ((Q - cell[0]) ** 2).sum(1) > exact_d2[:, 4] * 1.001  # queries whose only entry lies beyond
     assert far.sum() > 400 and (none[0][far][:, 1:] == -1).all()
+
+
+def _brute(X, Q, k, own=False):
+    X, Q = X.astype(np.float64), Q.astype(np.float64)
+    d2 = (Q * Q).sum(1)[:, None] + (X * X).sum(1)[None, :] - 2 * Q @ X.T
+    if own:
+        np.fill_diagonal(d2, np.inf)
+    return np.argsort(d2, 1, kind="stable")[:, :k]
+
+
+def test_the_projected_lower_bound_leaves_the_walk_and_the_forest_as_they_are():
+    """Wide rows near a low-dimensional subspace: the cell's leading directions hold most of
+    the distances, so walks pass over rows by their projected distance (a lower bound) and the
+    trees split the projected rows; the walk's answers equal those of full distances exactly."""
+    rng = np.random.default_rng(5)
+    Z, _ = make_blobs(n=3000, k=6, d=12, seed=4, spread=1.5)
+    X = np.ascontiguousarray(Z @ rng.normal(size=(12, 300)) + 0.05 * rng.normal(size=(3000, 300)),
+                             dtype=np.float32)
+    cell, Q = X[:2500], X[2500:]
+    V, tight = W.entry_basis(cell, [0])
+    assert tight and V.shape == (W.ENTRY_DIMS, 300)
+    np.testing.assert_allclose(V @ V.T, np.eye(W.ENTRY_DIMS), atol=1e-5)
+    lists = _lists(2500, 12)
+    P = np.ascontiguousarray(cell @ V.T)
+    D.forest_init((cell, P), lists, (4, 60, 1))  # trees over the projected rows
+    D.random_init(cell, lists, 0, 3)
+    D.descent(cell, lists, (24, 50, 0.001, 3))
+    assert _recall(lists[0][:, :10], _brute(cell, cell, 10, own=True)) >= 0.98
+    graph = W.search_graph(lists[0], 6)
+    E = cell[::25]
+    starts = (np.arange(0, 2500, 25)[W.nearest_entries(E, (E * E).sum(1), Q, 8)]).astype(np.int32)
+    far = np.full(500, np.inf, np.float32)
+    plain = (np.empty((500, 10), np.int32), np.empty((500, 10), np.float32))
+    W.beam_search((cell, np.zeros((2500, 0), np.float32)), graph, starts,
+                  (Q, np.zeros((500, 0), np.float32)), plain, 24, far)
+    bounded = (np.empty((500, 10), np.int32), np.empty((500, 10), np.float32))
+    W.beam_search((cell, P), graph, starts, (Q, np.ascontiguousarray(Q @ V.T)), bounded, 24, far)
+    np.testing.assert_array_equal(bounded[0], plain[0])
+    np.testing.assert_array_equal(bounded[1], plain[1])
+    assert _recall(plain[0], _brute(cell, Q, 10)) >= 0.98
+    # rows scattered in every direction: the directions hold too little, no bound is used
+    noise = np.ascontiguousarray(rng.normal(size=(2000, 300)), dtype=np.float32)
+    assert W.entry_basis(noise, [0])[1] is False

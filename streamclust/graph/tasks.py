@@ -14,7 +14,7 @@ import numpy as np
 from ..base.atomic import atomic_path
 from ..errors import DataError
 from .cells import bound_path
-from .walk import CellSearch, search_graph, tree_starts
+from .walk import CellSearch, entry_basis, search_graph, tree_starts
 
 log = logging.getLogger("streamclust")
 
@@ -191,7 +191,10 @@ def build_cell(source, directory, c, lists, settings, batch_size, kq, extend=Fal
         log.debug("kNN cell %d: %d + %d rows read in %.2f s, placed and joined in %.2f s", c,
                   mo, m - mo, t1 - t0, time.perf_counter() - t1)
     elif m > 1 and not mo:
-        forest_init(Xc, (ids, d2, flags), forest(m, kb, seed))
+        basis, tight = entry_basis(Xc, [settings["seed"], c, 0x62617365])
+        split = np.ascontiguousarray(Xc @ basis.T) if tight else Xc
+        forest_init((Xc, split), (ids, d2, flags), forest(m, kb, seed))
+        del split
         random_init(Xc, (ids, d2, flags), 0, seed)
         its = descent(Xc, (ids, d2, flags), (settings["max_candidates"], 50, 0.001, seed))
         ids, d2 = _widen(Xc, (ids, d2, flags), settings, rng)
@@ -342,6 +345,7 @@ SEARCH_BATCH = 16384
 def search_cell(source, directory, c, lists, settings, batch_size, kq, progress=None):
     """Task: rows of other cells (``lists``) searched in cell ``c``'s saved graph; writes the
     ``probe`` result files; returns the rows."""
+    t0 = time.perf_counter()
     X, (rows, bound) = open_rows(source), _rows(lists, bound=True)
     cell = _load_graph(directory, c)
     with _HEADER_LOCK:
@@ -352,8 +356,11 @@ def search_cell(source, directory, c, lists, settings, batch_size, kq, progress=
     def query(Q, r, k, b):
         return s.query(Q, r, k, b, src=np.asarray(assigned[r]))
     # queries a batch at a time: their answers and the walk's temporaries are ~1 KB a query
+    t1 = time.perf_counter()
     _search_rows(query, X, rows, kq, min(batch_size, SEARCH_BATCH),
                  result_paths(directory, "probe", c), bound)
+    log.debug("kNN cell %d searched by %d rows: cell read in %.2f s, searches %.2f s", c,
+              len(rows), t1 - t0, time.perf_counter() - t1)
     if progress:
         progress(len(rows))
     return len(rows)
