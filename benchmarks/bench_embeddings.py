@@ -1,7 +1,8 @@
 """Embeddings at scale, each beside its peers in the same run (issue 47).
 
 ``graph``: the cosine kNN graph (``streamclust graph --metric cosine``) of every ``--data``
-directory, against pynndescent (``n_jobs=2``, ``metric="cosine"``) and one in-memory hnswlib
+directory, against pynndescent (``n_jobs=2``, ``metric="cosine"``; ``pynndescent:30`` in
+``--peers`` searches 30 neighbours and keeps the first k, its way to a higher recall) and one in-memory hnswlib
 index (``space="cosine"``, M 16, ef_construction 100), both given the rows in memory: seconds,
 recall@k (the share of found neighbours at most as far as the k-th exact neighbour, over
 ``--sample`` rows whose exact neighbours are found by brute force) and peak anonymous memory.
@@ -51,9 +52,11 @@ def graph_peer(name, work, k, out):
         index.add_items(X, np.arange(n), num_threads=2)
         index.set_ef(max(24, 2 * k + 2))
         ids, _ = index.knn_query(X, k=k + 1, num_threads=2)
-    else:
+    else:  # "pynndescent" or "pynndescent:K": K neighbours searched, the first k + 1 kept
         from pynndescent import NNDescent
-        ids = NNDescent(X, metric="cosine", n_neighbors=k + 1, n_jobs=2, random_state=0).neighbor_graph[0]
+        wide = int(name.split(":")[1]) if ":" in name else k + 1
+        ids = NNDescent(X, metric="cosine", n_neighbors=max(wide, k + 1), n_jobs=2,
+                        random_state=0).neighbor_graph[0][:, :k + 1]
     ids = ids.astype(np.int64)
     own = ids == np.arange(n)[:, None]
     drop = np.where(own.any(1), own.argmax(1), k)  # the row itself, else the last
