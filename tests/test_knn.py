@@ -333,3 +333,26 @@ def test_appended_rows_are_searched_among_the_same_reference_rows(tmp_path):
     np.testing.assert_array_equal(g2.ids[:n1], old)  # old rows keep their lists
     D = ((X[n1:, None, :].astype(np.float64) - X[ref][None]) ** 2).sum(2)
     assert _recall(g2.ids[n1:], ref[np.argsort(D, axis=1, kind="stable")[:, :5]]) >= 0.99
+
+
+def test_a_cell_far_over_cell_rows_is_split(tmp_path):
+    """One tight cluster of most rows beside wide small ones: k-means leaves it one cell (its
+    squared error is small), the build splits it, and the graph is still brute force's."""
+    rng = np.random.default_rng(0)
+    tight = rng.normal(scale=0.05, size=(2400, 6))
+    wide = rng.normal(scale=3.0, size=(1600, 6)) + 40 * rng.integers(1, 5, size=(1600, 1))
+    X = np.concatenate([tight, wide]).astype(np.float32)
+    g = streamclust.knn_graph(X, 5, work_dir=str(tmp_path / "g"), cell_rows=400, min_cell_rows=100)
+    import json
+    cells = json.load(open(tmp_path / "g" / "knn" / "knn.json"))["cells"]
+    assert max(cells) <= 2 * 400 and sum(cells) == 4000
+    ids, _ = _exact(X, 5)
+    assert _recall(g.ids, ids) >= 0.99
+    from streamclust.graph import build
+    saved = build.SPLIT_ROUNDS
+    try:  # without the split the tight cluster is one cell of about 2 400 rows
+        build.SPLIT_ROUNDS = 0
+        streamclust.knn_graph(X, 5, work_dir=str(tmp_path / "h"), cell_rows=400, min_cell_rows=100)
+    finally:
+        build.SPLIT_ROUNDS = saved
+    assert max(json.load(open(tmp_path / "h" / "knn" / "knn.json"))["cells"]) > 2 * 400

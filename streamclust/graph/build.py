@@ -55,16 +55,35 @@ def _lists(path_ids, path_d2, shape, fill=True):
     return ids, d2
 
 
+#: a cell holding more than this many times ``cell_rows`` is split (at most ``SPLIT_ROUNDS``
+#: times): data of very unequal clusters (embeddings' topics) otherwise made cells of 2.7 times
+#: ``cell_rows``, beyond the memory plan, and one such cell the whole build's critical path
+SPLIT_OVER, SPLIT_ROUNDS = 2.0, 3
+
+
 def _centres(X, n, settings, nt, assigned, batch_size, indexed=0):
-    """Centres with no empty cell, and the rows per cell (``assigned`` filled); the cells are
+    """Centres with no empty cell and none over :data:`SPLIT_OVER` times ``cell_rows`` (up to
+    :data:`SPLIT_ROUNDS` splits), and the rows per cell (``assigned`` filled); the cells are
     sized by the rows they index (``indexed``: the reference rows, when not all)."""
     count = n_cells(indexed or n, settings["cell_rows"], nt, settings["min_cell_rows"])
     centres = coarse_centres(X, n, count, settings["seed"])
+    limit = SPLIT_OVER * settings["cell_rows"] * n / (indexed or n)  # in rows of all
+    rounds = 0
     while True:
         counts = assign(X, 0, n, centres, assigned, batch_size)
-        if counts.all():
+        if not counts.all():
+            centres = centres[counts > 0]  # a centre no row is nearest to: dropped, rows reassigned
+            continue
+        big = np.flatnonzero(counts > limit)
+        if not len(big) or rounds == SPLIT_ROUNDS:
             return centres, counts
-        centres = centres[counts > 0]  # a centre no row is nearest to: dropped, rows reassigned
+        rounds += 1
+        parts = [centres[np.setdiff1d(np.arange(len(centres)), big)]]
+        for c in big:  # the cell's rows clustered into as many centres as it needs
+            rows = np.flatnonzero(np.asarray(assigned) == c)
+            parts.append(coarse_centres(X, len(rows), int(np.ceil(counts[c] / (limit / SPLIT_OVER))),
+                                        settings["seed"] + rounds, rows=rows))
+        centres = np.concatenate(parts)
 
 
 def _search_cells(ctx, lists_out, first, assigned, start, stop, kq):

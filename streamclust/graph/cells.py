@@ -26,18 +26,19 @@ def n_cells(n: int, cell_rows: int, threads: int, min_cell_rows: int) -> int:
     return max(1, math.ceil(n / cell_rows), min(threads, n // min_cell_rows))
 
 
-def coarse_centres(X, n: int, count: int, seed: int) -> np.ndarray:
+def coarse_centres(X, n: int, count: int, seed: int, rows=None) -> np.ndarray:
     """``count`` centres by k-means on a sample of the rows (rows read in order, seeded):
     k-means++ starts from a subsample, then Lloyd iterations whose distances are one float32
     matrix product per iteration (at 784 wide the scalar loops took 12 s of a 1M-row build,
-    this takes about 1 s) and whose means are a sparse product."""
+    this takes about 1 s) and whose means are a sparse product.  ``rows``: the ``n`` rows of
+    ``X`` to cluster (sorted), when not the first ``n``."""
     from ..summaries.seeding import kmeanspp
-    if count == 1:
+    if count == 1 and rows is None:
         return np.zeros((1, X.shape[1]))
     rng = np.random.default_rng([seed, 0x6b6e6e])
     m = min(n, max(100 * count, 50_000))
-    rows = np.sort(rng.choice(n, size=m, replace=False)) if m < n else np.arange(n)
-    S = np.ascontiguousarray(X[rows], dtype=np.float32)
+    pick = np.sort(rng.choice(n, size=m, replace=False)) if m < n else np.arange(n)
+    S = np.ascontiguousarray(X[pick if rows is None else rows[pick]], dtype=np.float32)
     sub = S[np.sort(rng.choice(m, size=min(m, 50 * count), replace=False))].astype(np.float64)
     C = kmeanspp(sub, count, rng, trials=2)[0].astype(np.float32)
     return _lloyd(S, C, max_iter=25, tol=1e-4)
