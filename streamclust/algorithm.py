@@ -71,7 +71,10 @@ class Requirements:
     (the kNN option ``reference_rows``; a user's ``knn_options`` take precedence), so that the
     graph's reach does not shrink as the data grow.
     ``transform`` (``"l2"``: unit-norm rows) is applied by the engine to the cached rows and by the
-    model to the rows given to ``predict``."""
+    model to the rows given to ``predict``.
+    ``random_rows``: the algorithm reads ``ctx.data.X`` at random in its own kernels (NCutEmb's
+    SGD over pairs), so the cache must hold float32; the engine refuses ``cache_dtype="float16"``
+    for it before the first pass (batches are float32 whatever the cache holds)."""
 
     coreset: int = 0
     columns: tuple = ()
@@ -79,6 +82,7 @@ class Requirements:
     transform: str = ""
     sample: int = 0
     knn_reference: int = 0
+    random_rows: bool = False
 
 
 @dataclass

@@ -137,3 +137,62 @@ def test_cli_metric_is_recorded_and_kept_by_an_update(tmp_path):
     ids = np.load(str(tmp_path / "g" / "knn" / "graph_ids.npy"))
     exact = NearestNeighbors(n_neighbors=6, metric="cosine", algorithm="brute").fit(X).kneighbors(X)[1]
     assert np.mean([len(set(a) & set(b[1:])) / 5 for a, b in zip(ids, exact)]) >= 0.98
+
+
+def test_a_float16_cache_is_exact_for_float16_input_and_half_the_bytes(tmp_path):
+    X, y = _sphere(n=3000, d=40, seed=7)
+    Q = _unit(X).astype(np.float16)  # embeddings stored in half precision
+    path = _write(str(tmp_path / "half.parquet"), Q, pa.float16())
+    runs = {}
+    for dtype in ("float32", "float16"):
+        work = str(tmp_path / dtype)
+        runs[dtype] = (streamclust.fit(path, "dgmm", 6, seed=1, cache_dtype=dtype, work_dir=work,
+                                       progress=False, batch_size=700),
+                       streamclust.fit(path, "slk", 6, seed=1, cache_dtype=dtype, progress=False,
+                                       batch_size=700))
+    assert os.path.getsize(tmp_path / "float16" / "features.f16") == 3000 * 40 * 2
+    assert os.path.getsize(tmp_path / "float32" / "features.f32") == 3000 * 40 * 4
+    assert not os.path.exists(tmp_path / "float16" / "features.f32")
+    # the same float32 rows reach the algorithms: the same fits, to the bit
+    np.testing.assert_array_equal(runs["float16"][0].means_, runs["float32"][0].means_)
+    np.testing.assert_array_equal(runs["float16"][1].predict(Q), runs["float32"][1].predict(Q))
+    g16 = streamclust.knn_graph(path, 6, cache_dtype="float16", cell_rows=800)
+    g32 = streamclust.knn_graph(path, 6, cell_rows=800)
+    np.testing.assert_array_equal(g16.ids, g32.ids)
+    # float32 input rounded into a float16 cache: what it costs
+    m16 = streamclust.fit(X, "dgmm", 6, seed=1, metric="cosine", cache_dtype="float16", progress=False)
+    m32 = streamclust.fit(X, "dgmm", 6, seed=1, metric="cosine", progress=False)
+    assert nmi(m16.predict(X), m32.predict(X)) > 0.99
+    np.testing.assert_allclose(m16.means_, m32.means_, atol=2e-3)
+
+
+def test_float16_cache_refusals_come_before_the_first_pass(tmp_path):
+    X, _ = _sphere(n=600, d=16, seed=8)
+    work = tmp_path / "w"
+    with pytest.raises(streamclust.ParameterError, match="ncutemb.*cache_dtype='float32'"):
+        streamclust.fit(X, "ncutemb", 3, cache_dtype="float16", work_dir=str(work), progress=False)
+    assert not any(n.startswith("features") for n in os.listdir(work))
+    with pytest.raises(streamclust.ParameterError, match="cache_dtype must be one of"):
+        streamclust.fit(X, "dgmm", 3, cache_dtype="bfloat16", progress=False)
+    big = np.full((10, 3), 1e6, np.float32)
+    with pytest.raises(streamclust.DataError, match="exceeds float16's range"):
+        streamclust.fit(big, "dgmm", 2, cache_dtype="float16", progress=False)
+
+
+def test_a_float16_fit_updates_with_float16_rows(tmp_path):
+    X, y = _sphere(n=3000, seed=9)
+    data = tmp_path / "data"
+    data.mkdir()
+    _write(str(data / "part-0.parquet"), X[:2000].astype(np.float16), pa.float16(), y=y[:2000])
+    work, r = str(tmp_path / "w"), CliRunner()
+    out = r.invoke(main, ["fit", str(data), "-k", "6", "--metric", "cosine", "--cache-dtype", "float16",
+                          "-q", "--work-dir", work, "--out", str(tmp_path / "m1")])
+    assert out.exit_code == 0, out.output
+    _write(str(data / "part-1.parquet"), X[2000:].astype(np.float16), pa.float16(), y=y[2000:])
+    bad = r.invoke(main, ["fit", str(data), "--update", "--cache-dtype", "float32", "-q",
+                          "--work-dir", work, "--out", str(tmp_path / "m2")])
+    assert bad.exit_code != 0 and "cache_dtype='float32' differs" in bad.output
+    ok = r.invoke(main, ["fit", str(data), "--update", "-q", "--work-dir", work, "--out", str(tmp_path / "m2")])
+    assert ok.exit_code == 0, ok.output
+    assert os.path.getsize(os.path.join(work, "features.f16")) == 3000 * 48 * 2
+    assert nmi(y, streamclust.load_model(str(tmp_path / "m2")).predict(X)) > 0.9

@@ -162,7 +162,8 @@ class NCutEmb(Updates, Algorithm):
             return Requirements()
         col = self.hyper["pairs"]
         return Requirements(knn=0 if col else self.hyper["n_neighbors"], columns=(col,) if col else (),
-                            sample=self.hyper["init_sample"], knn_reference=self.hyper["reference_rows"])
+                            sample=self.hyper["init_sample"], knn_reference=self.hyper["reference_rows"],
+                            random_rows=True)  # its SGD reads ctx.data.X's rows at random
 
     # -- fitting ----------------------------------------------------------------------------
     def _n_out(self) -> int:

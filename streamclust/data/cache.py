@@ -1,8 +1,14 @@
-"""The float32 feature cache and memory-mapped per-row state.
+"""The feature cache and memory-mapped per-row state.
 
 The first pass over a source writes its validated features to ``features.f32`` in the run's work
 directory (written to a temporary name, then renamed); later epochs memory-map it, so the OS page
 cache, not the Python heap, holds the data.  A cache whose source fingerprint matches is reused.
+
+``cache_dtype="float16"`` writes ``features.f16`` instead: half the disk and half the bytes every
+pass reads, for embeddings that are stored in half precision anyway (read without loss) or whose
+last bits do not matter.  Rows leave the cache as float32 a batch at a time (``rows``,
+``take``), so kernels read and accumulate float32; an algorithm that reads ``X`` at random in
+its own kernels (``Requirements.random_rows``) needs the float32 cache.
 """
 from __future__ import annotations
 
@@ -20,11 +26,35 @@ from .batch import Batch, Data
 
 CACHE_FILE = "features.f32"
 CACHE_META = "features.json"
-_KEY_FIELDS = ("fingerprint", "spec", "on_invalid", "n_features", "columns", "transform", "scale")
+_KEY_FIELDS = ("fingerprint", "spec", "on_invalid", "n_features", "columns", "transform", "scale",
+               "dtype")
+#: the cache's element types and their files
+DTYPES = {"float32": (np.float32, "features.f32"), "float16": (np.float16, "features.f16")}
+
+
+def check_cache_dtype(name) -> str:
+    if name is None:
+        return "float32"
+    if name not in DTYPES:
+        from ..errors import ParameterError
+        raise ParameterError(f"cache_dtype must be one of {list(DTYPES)}, got {name!r}")
+    return name
+
+
+def open_cache_file(path: str, n: int, d: int, mode: str = "r") -> np.ndarray:
+    """The cache file ``path`` memory-mapped (its type from its name: ``.f16`` or ``.f32``)."""
+    dtype = np.float16 if path.endswith(".f16") else np.float32
+    return np.memmap(path, dtype=dtype, mode=mode, shape=(int(n), int(d)))
+
+
+def float32_rows(A) -> np.ndarray:
+    """``A`` as float32 (a half-precision cache's rows widened; float32 rows as they are)."""
+    return A if A.dtype == np.float32 else np.asarray(A, dtype=np.float32)
 
 
 class FeatureCache:
-    """Row-aligned float32 features (``n_rows × n_features``), memory-mapped read-only."""
+    """Row-aligned features (``n_rows × n_features``, float32 or float16), memory-mapped
+    read-only; rows are handed out as float32."""
 
     def __init__(self, X: np.ndarray, meta: dict):
         self.X = X
@@ -50,15 +80,24 @@ class FeatureCache:
         source has no fingerprint."""
         if self.meta.get("fingerprint") is None:
             return None
-        return json.dumps({k: self.meta.get(k) for k in _KEY_FIELDS}, sort_keys=True)
+        key = {k: self.meta.get(k) for k in _KEY_FIELDS if k != "dtype"}
+        if _meta(self.meta, "dtype") != "float32":  # (a float32 cache's identity is as before)
+            key["dtype"] = self.meta["dtype"]
+        return json.dumps(key, sort_keys=True)
 
     @property
     def skipped(self) -> int:
         return int(self.meta.get("skipped", 0))
 
+    @property
+    def dtype(self) -> str:
+        """``"float32"`` or ``"float16"``: how the rows are stored."""
+        return "float16" if self.X.dtype == np.float16 else "float32"
+
     def rows(self, start: int, stop: int) -> Batch:
-        """Rows ``start .. stop`` as a :class:`Batch` (a view of the memory map)."""
-        return Batch(start, self.X[start:stop])
+        """Rows ``start .. stop`` as a :class:`Batch` (a view of the memory map; a float32 copy
+        when the cache is float16)."""
+        return Batch(start, float32_rows(self.X[start:stop]))
 
     def iter_batches(self, batch_size: int) -> Iterator[Batch]:
         for s in range(0, self.n_rows, batch_size):
@@ -74,49 +113,54 @@ class FeatureCache:
     @classmethod
     def open(cls, work_dir: str) -> "FeatureCache | None":
         meta_path = os.path.join(work_dir, CACHE_META)
-        path = os.path.join(work_dir, CACHE_FILE)
-        if not (os.path.exists(meta_path) and os.path.exists(path)):
+        if not os.path.exists(meta_path):
             return None
         with open(meta_path) as f:
             meta = json.load(f)
-        n, d = meta["n_rows"], meta["n_features"]
-        if os.path.getsize(path) != n * d * 4:
+        dtype, name = DTYPES.get(meta.get("dtype", "float32"), (None, None))
+        path = os.path.join(work_dir, name or CACHE_FILE)
+        if dtype is None or not os.path.exists(path):
             return None
-        X = np.memmap(path, dtype=np.float32, mode="r", shape=(n, d)) if n else \
-            np.zeros((0, d), np.float32)
+        n, d = meta["n_rows"], meta["n_features"]
+        if os.path.getsize(path) != n * d * np.dtype(dtype).itemsize:
+            return None
+        X = open_cache_file(path, n, d) if n else np.zeros((0, d), dtype)
         return cls(X, meta)
 
     @classmethod
     def build(cls, data: Data, work_dir: str, batch_size: int,
               progress: Callable[[int], None] | None = None, columns=(),
               transform: str = "", scale: str = "none",
-              keep_scaling: bool = False) -> "FeatureCache":
+              keep_scaling: bool = False, dtype: str = "float32") -> "FeatureCache":
         """Write (or reuse) the cache of ``data`` in ``work_dir``; validate every value.
         ``columns``: extra columns read in the same pass (see :mod:`streamclust.data.columns`);
         ``transform``: a row transform of :mod:`streamclust.data.transforms` applied to every row;
         ``scale``: a scaling of :mod:`streamclust.data.scaling`, its statistics taken in the same pass
         and applied (before the transform) in a second pass over the written file.
         ``keep_scaling`` (an update): rows of files appended to a scaled cache are scaled with its
-        statistics (those of the fitted rows) instead of the cache being built again."""
+        statistics (those of the fitted rows) instead of the cache being built again.
+        ``dtype``: ``"float32"`` or ``"float16"`` (see the module's text)."""
         from .scaling import ScaleStats, check_scale
         from .transforms import apply, check
         check(transform)
         scale = check_scale(scale)
+        dtype = check_cache_dtype(dtype)
         key = {"fingerprint": data.source.fingerprint(), "spec": data.spec.to_json(),
                "on_invalid": data.on_invalid, "n_features": data.n_features,
-               "columns": sorted(columns), "transform": transform, "scale": scale}
+               "columns": sorted(columns), "transform": transform, "scale": scale, "dtype": dtype}
         if key["fingerprint"] is not None:
             old = cls.open(work_dir)
             # scaled by the statistics of fewer rows (an update appended to it): not a fit's
             own = keep_scaling or old is None or old.meta.get("scaler_rows", old.n_rows) == old.n_rows
-            if old is not None and own and all(old.meta.get(k) == v for k, v in key.items()):
+            if old is not None and own and all(_meta(old.meta, k) == v for k, v in key.items()):
                 return old
             tail = _appended(old, key, data, keep_scaling)
             if tail is not None:
                 from dataclasses import replace
                 return cls._append(old.meta, replace(data, source=tail), work_dir, key,
                                    batch_size, progress)
-        path = os.path.join(work_dir, CACHE_FILE)
+        np_dtype, name = DTYPES[dtype]
+        path = os.path.join(work_dir, name)
         tmp = path + ".tmp"
         n = skipped = n_source = 0
         collector = ColumnCollector(columns, work_dir) if columns else None
@@ -128,9 +172,9 @@ class FeatureCache:
                     check_interrupt()
                     if stats is not None:  # scaled (then transformed) in the second pass
                         stats.add(b.X)
-                        f.write(memoryview(b.X).cast("B"))
+                        f.write(memoryview(_stored(b.X, np_dtype)).cast("B"))
                     else:
-                        f.write(memoryview(apply(transform, b.X)).cast("B"))
+                        f.write(memoryview(_stored(apply(transform, b.X), np_dtype)).cast("B"))
                     if collector is not None:
                         collector.add(b)
                     n, skipped, n_source = _tally(b, (n, skipped, n_source), progress)
@@ -139,7 +183,8 @@ class FeatureCache:
                                 + (f" ({skipped} rows skipped as invalid)" if skipped else ""))
             if stats is not None:
                 scaler = stats.scaler(scale)
-                _rescale(tmp, n, data.n_features, batch_size, lambda X: apply(transform, scaler.apply(X)))
+                _rescale(tmp, n, data.n_features, batch_size, lambda X: apply(transform, scaler.apply(X)),
+                         np_dtype)
             if collector is not None:
                 atomic_json(os.path.join(work_dir, COLUMNS_META), collector.close())
         except BaseException:
@@ -148,6 +193,9 @@ class FeatureCache:
             if os.path.exists(tmp):
                 os.remove(tmp)
             raise
+        for other, other_name in DTYPES.values():  # the other type's file of an earlier fit
+            if other_name != name and os.path.exists(os.path.join(work_dir, other_name)):
+                os.remove(os.path.join(work_dir, other_name))
         os.replace(tmp, path)
         meta = dict(key, n_rows=n, skipped=skipped, source_rows=n_source,
                     scaler=None if scaler is None else scaler.to_json())
@@ -163,7 +211,8 @@ class FeatureCache:
         from .transforms import apply
         from .scaling import Scaler
         scaler = Scaler.from_json(meta.get("scaler"), meta["n_features"], CACHE_META)
-        path = os.path.join(work_dir, CACHE_FILE)
+        np_dtype, name = DTYPES[meta.get("dtype", "float32")]
+        path = os.path.join(work_dir, name)
         size, n, skipped, n_source = os.path.getsize(path), 0, 0, 0
         first = meta.get("source_rows", meta["n_rows"])
         if progress:
@@ -173,7 +222,7 @@ class FeatureCache:
                 for b in tail.iter_batches(batch_size, start=first):
                     check_interrupt()
                     X = b.X if scaler is None else scaler.apply(b.X)
-                    f.write(memoryview(apply(key["transform"], X)).cast("B"))
+                    f.write(memoryview(_stored(apply(key["transform"], X), np_dtype)).cast("B"))
                     n, skipped, n_source = _tally(b, (n, skipped, n_source), progress)
         except BaseException:
             os.truncate(path, size)
@@ -203,7 +252,7 @@ def _appended(old, key, data, keep_scaling=False):
     if old is None or (key["scale"] != "none" and not keep_scaling) or key["columns"] or \
             not old.meta.get("fingerprint"):
         return None
-    if any(old.meta.get(k) != v for k, v in key.items() if k != "fingerprint"):
+    if any(_meta(old.meta, k) != v for k, v in key.items() if k != "fingerprint"):
         return None
     tail = data.source.tail(old.meta["fingerprint"].count("|") + 1)
     if tail is None or f'{old.meta["fingerprint"]}|{tail.fingerprint()}' != key["fingerprint"]:
@@ -211,12 +260,30 @@ def _appended(old, key, data, keep_scaling=False):
     return tail
 
 
-def _rescale(path: str, n: int, d: int, batch_size: int, fn) -> None:
-    """Replace the rows of the float32 file ``path`` by ``fn(rows)``, a batch at a time."""
-    mm = np.memmap(path, dtype=np.float32, mode="r+", shape=(n, d))
+def _meta(meta: dict, key: str):
+    """A cache metadata value; caches written before ``dtype`` existed are float32."""
+    return meta.get(key, "float32" if key == "dtype" else None)
+
+
+def _stored(X, dtype) -> np.ndarray:
+    """Rows as the cache stores them (float16: rounded to nearest; values beyond its range are
+    an error, not inf)."""
+    if dtype == np.float32:
+        return X
+    if len(X) and np.abs(X).max() > np.finfo(np.float16).max:
+        from ..errors import DataError
+        raise DataError(f"a value of magnitude {float(np.abs(X).max()):.6g} exceeds float16's "
+                        "range (65504); use cache_dtype='float32' (--cache-dtype float32) or "
+                        "--scale")
+    return np.ascontiguousarray(X, dtype=np.float16)
+
+
+def _rescale(path: str, n: int, d: int, batch_size: int, fn, dtype=np.float32) -> None:
+    """Replace the rows of the cache file ``path`` by ``fn(rows)``, a batch at a time."""
+    mm = np.memmap(path, dtype=dtype, mode="r+", shape=(n, d))
     for s in range(0, n, batch_size):
         check_interrupt()
-        mm[s:s + batch_size] = fn(np.array(mm[s:s + batch_size]))
+        mm[s:s + batch_size] = _stored(fn(np.array(mm[s:s + batch_size], dtype=np.float32)), dtype)
     mm.flush()
     del mm
 

@@ -315,14 +315,15 @@ def load_index(directory: str, threads: int = -1, progress=None) -> KNNIndex:
 
 def knn_graph(data, n_neighbors: int = 5, *, features=None, exclude=None, work_dir: str | None = None,
               batch_size: int = 65536, on_invalid: str = "error", scale: str = "none",
-              metric: str = "euclidean", **options) -> KNNGraph:
+              metric: str = "euclidean", cache_dtype: str = "float32", **options) -> KNNGraph:
     """The kNN graph of ``data`` (path, array, pyarrow data): ``.ids`` and ``.distances``.
 
     ``work_dir`` keeps the feature cache, the hnswlib shards and the graph for reuse and for
     appending rows later; without it they live in a temporary directory and the returned arrays
     are in memory.  ``options``: those of :func:`build_graph` and ``progress``.  ``features`` /
     ``exclude`` / ``scale`` / ``metric``: as in :func:`streamclust.fit` (under ``cosine`` the
-    distances are those of the unit rows, ``sqrt(2 − 2 cos)``).
+    distances are those of the unit rows, ``sqrt(2 − 2 cos)``).  ``cache_dtype``: as in
+    :func:`streamclust.fit`.
     """
     from ..base.workdir import WorkDirLock
     for name, v in (("n_neighbors", n_neighbors), ("batch_size", batch_size)):
@@ -349,7 +350,8 @@ def knn_graph(data, n_neighbors: int = 5, *, features=None, exclude=None, work_d
     try:
         with WorkDirLock(work_dir):  # one writer per directory: a fit or another graph waits
             locked = True  # from here on the directory is this run's to remove on failure
-            cache = FeatureCache.build(d, work_dir, batch_size, scale=scale, transform=transform)
+            cache = FeatureCache.build(d, work_dir, batch_size, scale=scale, transform=transform,
+                                       dtype=cache_dtype)
             g = build_graph(cache, n_neighbors, os.path.join(work_dir, KNN_DIR),
                             batch_size=batch_size, **options)
             if owned:

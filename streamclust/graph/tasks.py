@@ -20,9 +20,11 @@ log = logging.getLogger("streamclust")
 
 
 def open_rows(source):
-    """The feature cache's rows from ``(path, n_rows, n_features)``, memory-mapped read-only."""
+    """The feature cache's rows from ``(path, n_rows, n_features)``, memory-mapped read-only
+    (float16 for a ``.f16`` cache: every reader here widens what it gathers to float32)."""
+    from ..data.cache import open_cache_file
     path, n, d = source
-    return np.memmap(path, dtype=np.float32, mode="r", shape=(int(n), int(d)))
+    return open_cache_file(path, n, d)
 
 
 def cell_path(directory: str, c: int) -> str:
@@ -378,7 +380,7 @@ def hnsw_cell(source, directory, c, settings, progress=None):
                      M=settings["M"], random_seed=settings["seed"])
     for s in range(0, len(rows), 65536):
         r = rows[s:s + 65536]
-        index.add_items(np.asarray(X[r]), r, num_threads=1)
+        index.add_items(np.asarray(X[r], dtype=np.float32), r, num_threads=1)
     save_index(index, cell_path(directory, c))
     return len(rows)
 

@@ -262,7 +262,9 @@ class RowRange:
 
     @property
     def X(self):
-        return self.cache.X[self.start:self.stop]
+        """The rows as float32 (a view of a float32 cache; a copy of a float16 one's)."""
+        from ..data.cache import float32_rows
+        return float32_rows(self.cache.X[self.start:self.stop])
 
     def rows(self, start: int, stop: int):
         """Rows ``start .. stop`` of the view (positions in it), as a batch of row ids."""

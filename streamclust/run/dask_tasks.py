@@ -95,9 +95,10 @@ def _batches(source, group):
     here), or the batches themselves for in-memory data."""
     if source is None:
         return group
+    from ..data.cache import float32_rows, open_cache_file
     path, n, d = source
-    X = np.memmap(path, dtype=np.float32, mode="r", shape=(n, d))
-    return (Batch(s, X[s:e]) for s, e in group)
+    X = open_cache_file(path, n, d)
+    return (Batch(s, float32_rows(X[s:e])) for s, e in group)
 
 
 def _flush(arrays):

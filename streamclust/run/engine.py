@@ -25,6 +25,7 @@ from ..model.fitted import Model
 from ..plugins import PluginHost
 from ..data.scaling import check_scale
 from ..data.transforms import check_metric, row_transform
+from ..data.cache import check_cache_dtype
 from ..data.sources import open_data
 
 log = logging.getLogger(__name__)
@@ -119,14 +120,18 @@ def _graph(cache, req, work_dir, executor, seed, batch_size, show, knn_options):
 def _prepare(algo, d, work_dir, executor, opts) -> _State:
     """Feature cache, kNN graph and the declared summaries; the context and the run record."""
     req, show = algo.requirements(), opts["show"]
+    cache_dtype = opts.get("cache_dtype", "float32")
+    if cache_dtype != "float32" and req.random_rows:
+        raise ParameterError(f"algorithm '{algo.name}' reads the cached rows at random in its "
+                             f"kernels and needs cache_dtype='float32' (got {cache_dtype!r})")
     t0 = time.perf_counter()
     with _bar(show, total=d.n_rows, unit="rows", desc="reading", leave=False) as bar:
         cache = FeatureCache.build(d, work_dir, opts["batch_size"], progress=bar.update,
                                    columns=req.columns, transform=row_transform(opts["metric"], req.transform),
-                                   scale=opts["scale"],
+                                   scale=opts["scale"], dtype=cache_dtype,
                                    keep_scaling=opts.get("keep_scaling", False))
     log.info("feature cache: %d rows × %d features (%.1f MB) in %s, %.2f s", cache.n_rows,
-             cache.n_features, cache.n_rows * cache.n_features * 4 / 1e6, work_dir,
+             cache.n_features, cache.X.nbytes / 1e6, work_dir,
              time.perf_counter() - t0)
     if algo.n_clusters > cache.n_rows:
         raise DataError(f"{d.source.name}: more clusters ({algo.n_clusters}) than rows ({cache.n_rows})")
@@ -153,6 +158,8 @@ def _prepare(algo, d, work_dir, executor, opts) -> _State:
                 "batch_size": opts["batch_size"], "data": cache.meta.get("fingerprint"),
                 "rows": cache.n_rows, "features": d.spec.to_json(), "on_invalid": d.on_invalid,
                 "scale": opts["scale"], "metric": opts["metric"]}
+    if cache_dtype != "float32":  # (a float32 run's identity is as before the option existed)
+        identity["cache_dtype"] = cache_dtype
     return _State(algo, d, ctx, run, identity, show, not opts["owned"] and algo.can_resume(), info)
 
 
@@ -262,7 +269,7 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
         on_invalid: str = "error", progress: bool | None = None, host: PluginHost | None = None,
         executor=None, client=None, knn_options: dict | None = None, resume: bool = False,
         blas_threads: int | None = 1, scale: str = "none", metric: str = "euclidean",
-        memory_limit=None, **params) -> Model:
+        cache_dtype: str = "float32", memory_limit=None, **params) -> Model:
     """Fit ``algorithm`` with ``n_clusters`` clusters on ``data`` and return the :class:`Model`.
 
     ``n_clusters``: default 8, except for algorithms that choose the number themselves
@@ -284,7 +291,9 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
     (see :mod:`streamclust.data.scaling`).  ``metric``: ``euclidean`` (default) or ``cosine``:
     every row (after any scaling) is divided by its norm in the cache pass and by ``predict``, so
     the graph and the algorithms compare rows by angle (``2 − 2 cos`` is their squared distance);
-    the model records it.  ``blas_threads``: BLAS threads during the fit (default 1: numba
+    the model records it.  ``cache_dtype``: ``float32`` (default) or ``float16``: the feature
+    cache's type (float16 halves its disk and the bytes a pass reads; rows reach the algorithm
+    as float32; exact for float16 input; see :mod:`streamclust.data.cache`).  ``blas_threads``: BLAS threads during the fit (default 1: numba
     kernels own the cores; ``None`` leaves BLAS as it is).  ``memory_limit``: bytes or ``"4GB"``
     (default: half the memory available); a fit whose batches or kNN cells cannot fit stops
     before the first pass, and the graph's cells are sized to fit it.
@@ -295,6 +304,7 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
         _check_int("blas_threads", blas_threads, 1)
     scale = check_scale(scale)
     metric = check_metric(metric)
+    cache_dtype = check_cache_dtype(cache_dtype)
     host = host or PluginHost()
     cls = host.algorithm(algorithm)
     if n_clusters is None and not cls.chooses_k:
@@ -317,6 +327,7 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
         st = _prepare(algo, d, work_dir, executor, {"show": _progress_enabled(progress), "owned": owned,
                                                     "batch_size": batch_size, "knn_options": knn_options,
                                                     "scale": scale, "metric": metric,
+                                                    "cache_dtype": cache_dtype,
                                                     "memory_limit": limit})
         log.info("fitting %s (k=%s, seed %d, executor %s)", algo.name, algo.n_clusters, seed,
                  getattr(executor, "name", type(executor).__name__))

@@ -117,7 +117,7 @@ def check_settings(ident: dict, given: dict) -> None:
     p = ident["params"]
     fitted = {"algorithm": ident["algorithm"], "n_clusters": p["n_clusters"], "seed": p["seed"],
               "scale": ident.get("scale", "none"), "metric": ident.get("metric", "euclidean"),
-              "batch_size": ident["batch_size"]}
+              "cache_dtype": ident.get("cache_dtype", "float32"), "batch_size": ident["batch_size"]}
     for key, value in given.items():
         if value is None or key == "params":
             continue
@@ -188,6 +188,7 @@ def update(data, work_dir: str, *, max_epochs: int = 100, progress: bool | None 
                               "batch_size": batch_size, "knn_options": knn_options,
                               "scale": ident.get("scale", "none"),
                               "metric": ident.get("metric", "euclidean"), "memory_limit": limit,
+                              "cache_dtype": ident.get("cache_dtype", "float32"),
                               "keep_scaling": True})
         n_old = int(base["rows"])
         cache = st.ctx.data
