@@ -90,4 +90,4 @@ def test_nothing_is_built_when_nothing_is_declared(table):
 def test_requirements_has_no_field_the_engine_ignores():
     import dataclasses
     assert {f.name for f in dataclasses.fields(Requirements)} == \
-        {"coreset", "columns", "knn", "transform", "sample", "knn_reference"}
+        {"coreset", "columns", "knn", "transform", "sample", "knn_reference", "random_rows"}
