@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import table  # noqa: E402
-from bench_scale import exact_sample, recall, run  # noqa: E402
+from bench_scale import drop_own, exact_sample, recall, run  # noqa: E402
 
 
 def cache_rows(work):
@@ -57,12 +56,7 @@ def graph_peer(name, work, k, out):
         wide = int(name.split(":")[1]) if ":" in name else k + 1
         ids = NNDescent(X, metric="cosine", n_neighbors=max(wide, k + 1), n_jobs=2,
                         random_state=0).neighbor_graph[0][:, :k + 1]
-    ids = ids.astype(np.int64)
-    own = ids == np.arange(n)[:, None]
-    drop = np.where(own.any(1), own.argmax(1), k)  # the row itself, else the last
-    keep = np.ones_like(ids, bool)
-    keep[np.arange(n), drop] = False
-    np.save(out, ids[keep].reshape(n, k))
+    np.save(out, drop_own(ids, k))
 
 
 def graph(a, root):

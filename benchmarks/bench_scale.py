@@ -131,12 +131,18 @@ def peer(name, features_path, n, d, k, out):
     else:
         from pynndescent import NNDescent
         ids = NNDescent(X, n_neighbors=k + 1, n_jobs=2, random_state=0).neighbor_graph[0]
-    ids = ids.astype(np.int64)
+    np.save(out, drop_own(ids, k))
+
+
+def drop_own(ids, k):
+    """A peer's ``k + 1`` answers per row without the row itself (else without the last)."""
+    ids = np.asarray(ids).astype(np.int64)
+    n = len(ids)
     own = ids == np.arange(n)[:, None]
-    drop = np.where(own.any(1), own.argmax(1), k)  # the row itself, else the last
+    drop = np.where(own.any(1), own.argmax(1), k)
     keep = np.ones_like(ids, bool)
     keep[np.arange(n), drop] = False
-    np.save(out, ids[keep].reshape(n, k))
+    return ids[keep].reshape(n, k)
 
 
 def main():
