@@ -109,21 +109,21 @@ def _brute(X, Q, k, own=False):
     return np.argsort(d2, 1, kind="stable")[:, :k]
 
 
-def test_the_projected_lower_bound_leaves_the_walk_and_the_forest_as_they_are():
+def test_the_projected_lower_bound_leaves_the_walk_as_it_is():
     """Wide rows near a low-dimensional subspace: the cell's leading directions hold most of
-    the distances, so walks pass over rows by their projected distance (a lower bound) and the
-    trees split the projected rows; the walk's answers equal those of full distances exactly."""
+    the distances, so walks pass over rows by their projected distance (a lower bound); the
+    walk's answers equal those of full distances exactly."""
     rng = np.random.default_rng(5)
     Z, _ = make_blobs(n=3000, k=6, d=12, seed=4, spread=1.5)
     X = np.ascontiguousarray(Z @ rng.normal(size=(12, 300)) + 0.05 * rng.normal(size=(3000, 300)),
                              dtype=np.float32)
     cell, Q = X[:2500], X[2500:]
-    V, tight = W.entry_basis(cell, [0])
-    assert tight and V.shape == (W.ENTRY_DIMS, 300)
-    np.testing.assert_allclose(V @ V.T, np.eye(W.ENTRY_DIMS), atol=1e-5)
+    V, tight = W.bound_basis(cell, [0])
+    assert tight and V.shape == (W.BOUND_DIMS, 300)
+    np.testing.assert_allclose(V @ V.T, np.eye(W.BOUND_DIMS), atol=1e-5)
     lists = _lists(2500, 12)
     P = np.ascontiguousarray(cell @ V.T)
-    D.forest_init((cell, P), lists, (4, 60, 1))  # trees over the projected rows
+    D.forest_init(cell, lists, (4, 60, 1))
     D.random_init(cell, lists, 0, 3)
     D.descent(cell, lists, (24, 50, 0.001, 3))
     assert _recall(lists[0][:, :10], _brute(cell, cell, 10, own=True)) >= 0.98
@@ -141,4 +141,4 @@ def test_the_projected_lower_bound_leaves_the_walk_and_the_forest_as_they_are():
     assert _recall(plain[0], _brute(cell, Q, 10)) >= 0.98
     # rows scattered in every direction: the directions hold too little, no bound is used
     noise = np.ascontiguousarray(rng.normal(size=(2000, 300)), dtype=np.float32)
-    assert W.entry_basis(noise, [0])[1] is False
+    assert W.bound_basis(noise, [0])[1] is False

@@ -26,53 +26,18 @@ def n_cells(n: int, cell_rows: int, threads: int, min_cell_rows: int) -> int:
     return max(1, math.ceil(n / cell_rows), min(threads, n // min_cell_rows))
 
 
-#: rows at most this wide take the centres of the scalar k-means (summaries.lloyd), as before
-#: the BLAS iterations: a different partition gives another graph of the same recall, but the
-#: kNN ties of data with repeated rows (shuttle) fall otherwise, and SLK's and NCutEmb's results
-#: on them moved by a few points at some seeds
-NARROW = 128
-
-
 def coarse_centres(X, n: int, count: int, seed: int, rows=None) -> np.ndarray:
-    """``count`` centres by k-means on a sample of the rows (rows read in order, seeded):
-    for rows wider than :data:`NARROW`, k-means++ starts from a subsample, then Lloyd
-    iterations whose distances are one float32 matrix product per iteration (at 784 wide the scalar loops took 12 s of a 1M-row build,
-    this takes about 1 s) and whose means are a sparse product.  ``rows``: the ``n`` rows of
-    ``X`` to cluster (sorted), when not the first ``n``."""
-    from ..summaries.seeding import kmeanspp
+    """``count`` centres by k-means on a sample of the rows (rows read in order, seeded);
+    ``rows``: the ``n`` rows of ``X`` to cluster (sorted), when not the first ``n``."""
+    from ..summaries.lloyd import kmeans
     if count == 1 and rows is None:
         return np.zeros((1, X.shape[1]))
     rng = np.random.default_rng([seed, 0x6b6e6e])
     m = min(n, max(100 * count, 50_000))
     pick = np.sort(rng.choice(n, size=m, replace=False)) if m < n else np.arange(n)
-    S = np.ascontiguousarray(X[pick if rows is None else rows[pick]], dtype=np.float32)
-    if X.shape[1] <= NARROW:  # cheap in scalar loops: the centres (and graphs) as before
-        from ..summaries.lloyd import kmeans
-        return kmeans(S.astype(np.float64), count, rng, n_init=1, max_iter=25, tol=1e-4)[0]
-    sub = S[np.sort(rng.choice(m, size=min(m, 50 * count), replace=False))].astype(np.float64)
-    C = kmeanspp(sub, count, rng, trials=2)[0].astype(np.float32)
-    return _lloyd(S, C, max_iter=25, tol=1e-4)
-
-
-def _lloyd(S, C, max_iter: int, tol: float) -> np.ndarray:
-    """Lloyd iterations on the float32 rows ``S`` from the centres ``C`` until no centre moves
-    by more than ``tol`` times the rows' mean norm; an emptied centre stays where it was (the
-    caller drops centres no row is nearest to).  Returns float64 centres."""
-    from scipy.sparse import csr_matrix
-    m = len(S)
-    scale = float(np.sqrt((S.astype(np.float64) ** 2).sum() / max(m, 1)))
-    one = np.ones(m, np.float32)
-    for _ in range(max_iter):
-        labels = (((C * C).sum(1))[None, :] - 2.0 * (S @ C.T)).argmin(1)
-        M = csr_matrix((one, (labels, np.arange(m))), shape=(len(C), m))
-        counts = np.bincount(labels, minlength=len(C))
-        sums = np.asarray(M @ S, dtype=np.float64)
-        new = np.where(counts[:, None] > 0, sums / np.maximum(counts, 1)[:, None], C).astype(np.float32)
-        moved = float(np.sqrt(((new - C) ** 2).sum(1)).max())
-        C = new
-        if moved <= tol * scale:
-            break
-    return C.astype(np.float64)
+    S = np.asarray(X[pick if rows is None else rows[pick]], dtype=np.float64)
+    centres, _, _ = kmeans(S, count, rng, n_init=1, max_iter=25, tol=1e-4)
+    return centres
 
 
 def sqdist_to(Xb, centres, c_sq):

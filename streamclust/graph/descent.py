@@ -269,18 +269,14 @@ def rp_leaves(X, leaf, seed):
 
 
 @njit(cache=True, nogil=True)
-def forest_init(rows, lists, params):
+def forest_init(X, lists, params):
     """Rows' lists from ``params = (trees, leaf, seed)`` random-projection trees: every pair of
     rows sharing a leaf is compared (pynndescent's initialisation; random lists instead cost
-    NN-descent three more iterations, the costliest: a 97 000-row cell 8.2 -> 5.0 s).
-    ``rows = (X, T)``: the rows compared, and the rows the trees split (``X`` itself, or its
-    coordinates in the cell's leading principal directions when they hold most of the
-    distances: a split then reads 64 values, not 784)."""
-    X, T = rows
+    NN-descent three more iterations, the costliest: a 97 000-row cell 8.2 -> 5.0 s)."""
     ids, d2, flags = lists
     trees, leaf, seed = params
     for t in range(trees):
-        order, starts = rp_leaves(T, leaf, seed + t)
+        order, starts = rp_leaves(X, leaf, seed + t)
         for i in range(starts.shape[0] - 1):
             for a in range(starts[i], starts[i + 1]):
                 for b in range(a + 1, starts[i + 1]):

@@ -14,7 +14,7 @@ import numpy as np
 from ..base.atomic import atomic_path
 from ..errors import DataError
 from .cells import bound_path
-from .walk import CellSearch, entry_basis, search_graph, tree_starts
+from .walk import CellSearch, search_graph, tree_starts
 
 log = logging.getLogger("streamclust")
 
@@ -193,10 +193,7 @@ def build_cell(source, directory, c, lists, settings, batch_size, kq, extend=Fal
         log.debug("kNN cell %d: %d + %d rows read in %.2f s, placed and joined in %.2f s", c,
                   mo, m - mo, t1 - t0, time.perf_counter() - t1)
     elif m > 1 and not mo:
-        basis, tight = entry_basis(Xc, [settings["seed"], c, 0x62617365])
-        split = np.ascontiguousarray(Xc @ basis.T) if tight else Xc
-        forest_init((Xc, split), (ids, d2, flags), forest(m, kb, seed))
-        del split
+        forest_init(Xc, (ids, d2, flags), forest(m, kb, seed))
         random_init(Xc, (ids, d2, flags), 0, seed)
         its = descent(Xc, (ids, d2, flags), (settings["max_candidates"], 50, 0.001, seed))
         ids, d2 = _widen(Xc, (ids, d2, flags), settings, rng)

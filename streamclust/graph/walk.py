@@ -18,27 +18,25 @@ from .descent import rp_leaves
 #: rows near the boundary, which may lie farther than the neighbours it looks for
 WALK = 2.0
 
-#: rows wider than this choose their walks' starts among the entry rows in ``ENTRY_DIMS``
-#: principal directions of the cell rather than in full: at 784 wide the full products with
-#: 1 024 entry rows were 14 of the 47 s the searches of a 1M-row build took, and only the
-#: order of the nearest few entries matters (the walk then measures in full)
-ENTRY_DIMS = 64
+#: the walks over rows wider than twice this first measure a row in ``BOUND_DIMS`` principal
+#: directions of the cell (a lower bound of its distance) when those hold most of the distances
+BOUND_DIMS = 64
 
 
-def entry_basis(Xc, seed, sample: int = 1024):
-    """``(V, tight)``: ``ENTRY_DIMS`` leading principal directions (float32, r × d, orthonormal
+def bound_basis(Xc, seed, sample: int = 1024):
+    """``(V, tight)``: ``BOUND_DIMS`` leading principal directions (float32, r × d, orthonormal
     rows) of a sample of the cell rows ``Xc`` (None when the rows are at most twice as wide),
     and whether they hold at least half of the squared distance between sampled rows and their
     nearest sampled row (then distances in them, a lower bound of the true ones, let a walk
     pass over most rows unread: digits at 784 wide hold 0.93 in 64 directions; 384-wide
     embeddings whose topics spread over many directions, 0.25)."""
     m, d = Xc.shape
-    if d <= 2 * ENTRY_DIMS or m <= ENTRY_DIMS:
+    if d <= 2 * BOUND_DIMS or m <= BOUND_DIMS:
         return None, False
     rng = np.random.default_rng(seed)
     S = np.asarray(Xc[np.sort(rng.choice(m, min(m, sample), replace=False))], np.float64)
     _, _, vt = np.linalg.svd(S - S.mean(0), full_matrices=False)
-    V = vt[:ENTRY_DIMS]
+    V = vt[:BOUND_DIMS]
     sq = (S * S).sum(1)
     D = sq[:, None] + sq[None, :] - 2.0 * (S @ S.T)
     np.fill_diagonal(D, np.inf)
@@ -60,15 +58,14 @@ class CellSearch:
         self.graph = search_graph(ids, (ids.shape[1] + 1) // 2)
         self.n_entries, self.ef, self.seed = settings["entries"], settings["ef"], settings["seed"]
         self._entries = {}
-        self.basis, tight = entry_basis(Xc, [self.seed, c, 0x62617365])
+        self.basis, tight = bound_basis(Xc, [self.seed, c, 0x62617365])
         # the rows' coordinates in the basis bound their distances from below (see beam_search)
         self.P = np.ascontiguousarray(Xc @ self.basis.T) if tight else np.zeros((len(Xc), 0), np.float32)
 
     def entries(self, a):
-        """The entry rows (local ids) of queries from cell ``a``, with their vectors (in the
-        :func:`entry_basis` when the cell has one) and squared norms.  Only the ids are kept
-        between calls (a cell searched from 150 others would otherwise hold 150 × 200 KB of
-        entry vectors); the vectors are gathered again per batch."""
+        """The entry rows (local ids) of queries from cell ``a``, with their vectors and norms.
+        Only the ids are kept between calls (a cell searched from 150 others would otherwise
+        hold 150 × 200 KB of entry vectors); the vectors are gathered again per batch."""
         if a not in self._entries:
             m, e = len(self.rows), min(len(self.rows), self.n_entries)
             if self.centres is None or a == self.c or e == m:
@@ -80,7 +77,7 @@ class CellSearch:
                 pick = np.sort(np.argpartition(h, e - 1)[:e])
             self._entries[a] = pick.astype(np.int32)
         pick = self._entries[a]
-        E = self.Xc[pick] if self.basis is None else self.Xc[pick] @ self.basis.T
+        E = self.Xc[pick]
         return pick, E, (E * E).sum(1)
 
     def query(self, Q, query_rows, kq, bound=None, src=None):
@@ -110,11 +107,10 @@ class CellSearch:
         else:
             src = nearest_centres(Q, self.centres)
         starts = np.empty((q, 8), np.int32)
-        Qe = Q if self.basis is None else Q @ self.basis.T
         for a in np.unique(src):
             sel = np.flatnonzero(src == a)
             pick, E, E_sq = self.entries(int(a))
-            starts[sel] = pick[nearest_entries(E, E_sq, Qe[sel], starts.shape[1])]
+            starts[sel] = pick[nearest_entries(E, E_sq, Q[sel], starts.shape[1])]
         return self._walk(Q, starts, kq, bound)
 
     def _walk(self, Q, starts, kq, bound):
