@@ -58,9 +58,10 @@ class CellSearch:
         self.graph = search_graph(ids, (ids.shape[1] + 1) // 2)
         self.n_entries, self.ef, self.seed = settings["entries"], settings["ef"], settings["seed"]
         self._entries = {}
-        self.basis, tight = bound_basis(Xc, [self.seed, c, 0x62617365])
-        # the rows' coordinates in the basis bound their distances from below (see beam_search)
-        self.P = np.ascontiguousarray(Xc @ self.basis.T) if tight else np.zeros((len(Xc), 0), np.float32)
+        V, tight = bound_basis(Xc, [self.seed, c, 0x62617365])
+        self.basis = V if tight else None  # (see beam_search: a lower bound of the distances)
+        self.P = np.zeros((len(Xc), 0), np.float32) if self.basis is None else \
+            np.ascontiguousarray(Xc @ V.T)
 
     def entries(self, a):
         """The entry rows (local ids) of queries from cell ``a``, with their vectors and norms.
@@ -119,7 +120,8 @@ class CellSearch:
         d2 = np.empty((q, kq), np.float32)
         far = np.full(q, np.inf, np.float32) if bound is None else \
             np.asarray(bound, np.float32) * np.float32(WALK)
-        Qp = np.ascontiguousarray(Q @ self.basis.T) if self.P.shape[1] else np.zeros((q, 0), np.float32)
+        Qp = np.zeros((q, 0), np.float32) if self.basis is None else \
+            np.ascontiguousarray(Q @ self.basis.T)
         beam_search((self.Xc, self.P), self.graph, starts, (Q, Qp), (ids, d2), self.ef, far)
         return ids, d2
 
