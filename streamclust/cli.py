@@ -445,7 +445,8 @@ def graph(data, neighbors, features, exclude, scale, metric, cache_dtype, out, c
 @main.command()
 @_JSON
 def plugins(as_json):
-    """List algorithms, their parameters and the package that provides each."""
+    """List algorithms, their parameters, the input formats and the package that provides each."""
+    from .data.sources import describe
     from .plugins import PluginHost
     host = PluginHost()
     if as_json:
@@ -456,6 +457,7 @@ def plugins(as_json):
                                                  "choices": list(q.choices) if q.choices else None,
                                                  "doc": q.doc} for p, q in cls.params.items()}}
                            for name, cls in sorted(host.algorithms.items())},
+            "formats": [{"format": describe(o), "provider": p} for o, p in host.sources],
             "failures": [{"name": f.name, "package": f.package, "error": str(f.error)}
                          for f in host.failures]}))
         return
@@ -465,6 +467,9 @@ def plugins(as_json):
         for pname, p in cls.params.items():
             extra = f" {list(p.choices)}" if p.choices else ""
             click.echo(f"    {pname} = {p.default!r} ({p.type.__name__}){extra}: {p.doc}")
+    click.echo("input formats, asked in this order:")
+    for opener, package in host.sources:
+        click.echo(f"    {describe(opener)}  (from {package})")
     for f in host.failures:
         click.echo(f"failed to load plugin {f.name} from {f.package}: {f.error}", err=True)
 

@@ -16,8 +16,11 @@ def streamclust_register_algorithms(registry) -> None:
 
 @hookspec
 def streamclust_register_sources(registry) -> None:
-    """Register source openers: ``registry.add(opener)`` where ``opener(data)`` returns a
-    :class:`streamclust.data.sources.Source` for inputs it understands, or None."""
+    """Register input formats: ``registry.add(opener)`` where ``opener(data)`` returns a
+    :class:`streamclust.Source` for inputs it reads, or None.  ``open_data`` (so every command)
+    asks the openers in turn, plugins' before the built-in formats, and reads the input with the
+    first source returned.  Optional attributes ``opener.format_name`` and ``opener.extensions``
+    name the format in ``streamclust plugins`` and in the error for an input nothing reads."""
 
 
 @hookspec

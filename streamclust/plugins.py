@@ -18,8 +18,11 @@ from .algorithm import Algorithm
 from .errors import ParameterError, PluginError
 
 ENTRY_POINT_GROUP = "streamclust"
-BUILTIN_PLUGINS = (("dgmm", "streamclust_dgmm"), ("ism", "streamclust_ism"), ("slk", "streamclust_slk"),
-                   ("ncutemb", "streamclust_ncutemb"), ("infex", "streamclust_infex"))
+#: the built-in algorithms, each a plugin package of its own name (``streamclust_<name>``)
+BUILTIN_ALGORITHMS = ("dgmm", "ism", "slk", "ncutemb", "infex")
+#: the built-in plugins: the algorithms and the input formats (``data/formats.py``)
+BUILTIN_PLUGINS = tuple((name, f"streamclust_{name}") for name in BUILTIN_ALGORITHMS) + \
+    (("formats", "streamclust.data.formats"),)
 
 
 _SCAN: dict = {}
@@ -83,7 +86,7 @@ class PluginHost:
         self.packages: dict[str, str] = {}
         self.algorithms: dict[str, type] = {}
         self.providers: dict[str, str] = {}
-        self.source_openers: list = []
+        self.sources: list = []  # (opener, package): opener(data) -> Source | None, asked in order
         for name, module in BUILTIN_PLUGINS:
             self.register(lambda module=module: importlib.import_module(module), name, "streamclust")
         if entrypoints:
@@ -116,7 +119,13 @@ class PluginHost:
 
     def _add(self, kind, item, plugin_name, package):
         if kind == "source":
-            self.source_openers.append(item)
+            if not callable(item):
+                raise PluginError(f"plugin '{plugin_name}' ({package}) registered {item!r} as a "
+                                  f"source opener, which is not callable (opener(data) -> Source | None)")
+            # asked in order: third parties' formats first, then the built-in ones
+            builtin = package == "streamclust"
+            at = len(self.sources) if builtin else sum(p != "streamclust" for _, p in self.sources)
+            self.sources.insert(at, (item, package))
             return
         if not (isinstance(item, type) and issubclass(item, Algorithm) and item.name):
             raise PluginError(f"plugin '{plugin_name}' ({package}) registered {item!r}, "
@@ -138,5 +147,24 @@ class PluginHost:
             raise ParameterError(msg) from None
 
     @property
+    def source_openers(self) -> list:
+        """The input formats' openers, in the order ``open_data`` asks them."""
+        return [opener for opener, _ in self.sources]
+
+    @property
     def hook(self):
         return self.pm.hook
+
+
+_DEFAULT: dict = {}
+
+
+def default_host() -> PluginHost:
+    """The process's plugin host (what ``open_data`` asks for formats when given none): made
+    again when the installed plugins (:func:`_installed_entry_points`) or the environment
+    switches change."""
+    key = (id(_installed_entry_points()), os.environ.get("STREAMCLUST_NO_ENTRYPOINTS", ""),
+           os.environ.get("STREAMCLUST_DISABLE", ""))
+    if _DEFAULT.get("key") != key:
+        _DEFAULT["host"], _DEFAULT["key"] = PluginHost(), key
+    return _DEFAULT["host"]

@@ -56,7 +56,7 @@ class _Base(ClusterMixin, BaseEstimator):
         params = dict(self._algo_params())
         if given is not None:
             import pyarrow as pa
-            from .data.sources import array_to_table
+            from .data.formats import array_to_table
             given = np.asarray(given)
             if len(given) != len(X):
                 raise ValueError(f"y has {len(given)} values but X has {len(X)} rows")

@@ -11,6 +11,7 @@ from .model.metrics import (Contingency, accuracy, nmi, purity, quantization_err
 from .base.rng import rng_below, rng_init, rng_next, rng_uniform
 from .base.rowmath import softmax_into, sqdist
 from .data.batch import Batch
+from .data.filesystems import expand_files, local_fingerprint
 from .summaries import (WeightedSample, afkmc2, afkmc2_stream, afkmc2_trials, kmeans, kmeanspp,
                         lightweight_coreset)
 
@@ -33,4 +34,6 @@ __all__ = [
     "Contingency", "nmi", "accuracy", "purity", "quantization_error",
     # kNN graph and index
     "KNNGraph", "KNNIndex",
+    # for input formats (streamclust_register_sources): a path's files, their fingerprint
+    "expand_files", "local_fingerprint",
 ]

@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 
 import streamclust
+from streamclust.plugins import BUILTIN_ALGORITHMS
 
 MODELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "compat", "models")
 
 
-@pytest.mark.parametrize("name", ["dgmm", "slk", "ism", "ncutemb", "infex"])
+@pytest.mark.parametrize("name", BUILTIN_ALGORITHMS)
 def test_a_model_written_by_an_earlier_version_predicts_the_same_labels(name):
     rows = np.load(os.path.join(MODELS, "rows.npy"))
     then = np.load(os.path.join(MODELS, f"{name}_labels.npy"))

@@ -1,10 +1,13 @@
 import time
 import types
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import streamclust
-from streamclust import Algorithm, PluginError, hookimpl
+from streamclust import Algorithm, DataError, PluginError, hookimpl
 from streamclust.plugins import PluginHost
 
 
@@ -97,17 +100,67 @@ def test_observer_hooks_called_in_order():
     assert seen == [("start", "dgmm", 200)] + [("epoch", i) for i in range(n)] + [("end", n)]
 
 
-def test_register_sources_hook_collected():
-    mod = types.ModuleType("src")
+class _Squares(streamclust.Source):
+    """A made-up input kind, ``squares:N``: N rows (i, i²) — a third party's format."""
 
-    def opener(data):
-        return None
+    def __init__(self, n):
+        self.name, self.n_rows = f"squares:{n}", n
+        self.schema = pa.schema([("a", pa.float64()), ("b", pa.float64())])
+
+    def record_batches(self, columns, batch_size):
+        i = np.arange(self.n_rows, dtype=np.float64)
+        t = pa.table({"a": i % 7, "b": (i % 7) ** 2}).select(list(columns))
+        for off in range(0, self.n_rows, batch_size):
+            yield self.name, off, t.slice(off, batch_size)
+
+
+def _format_plugin(opener):
+    mod = types.ModuleType("squares_format")
 
     @hookimpl
     def streamclust_register_sources(registry):
         registry.add(opener)
     mod.streamclust_register_sources = streamclust_register_sources
-    assert opener in PluginHost(extra_plugins=[mod]).source_openers
+    return mod
+
+
+def test_a_registered_source_is_asked_first_and_read_by_fit(tmp_path):
+    asked = []
+
+    def open_squares(data):
+        asked.append(data)
+        if isinstance(data, str) and data.startswith("squares:"):
+            return _Squares(int(data.split(":")[1]))
+        return None
+    host = PluginHost(entrypoints=False, extra_plugins=[_format_plugin(open_squares)])
+    assert host.source_openers[0] is open_squares  # before the built-in formats
+    assert [p for _, p in host.sources] == ["<in-process>", "streamclust", "streamclust"]
+    m = streamclust.fit("squares:700", "dgmm", 7, host=host, progress=False)
+    i = np.arange(700) % 7
+    assert m.n_clusters == 7 and len(set(zip(i, m.predict(np.c_[i, i ** 2])))) == 7
+    # a path it declines goes on to the built-in formats
+    X = np.arange(20, dtype=np.float64).reshape(10, 2)
+    pq.write_table(pa.table({"a": X[:, 0], "b": X[:, 1]}), tmp_path / "d.parquet")
+    d = streamclust.open_data(str(tmp_path / "d.parquet"), host=host)
+    assert d.n_rows == 10 and asked[-1] == str(tmp_path / "d.parquet")
+
+
+def test_an_unclaimed_input_names_itself_and_the_installed_formats(tmp_path, monkeypatch):
+    (tmp_path / "a.npy").write_bytes(b"x")
+    with pytest.raises(DataError, match=r"a\.npy: no installed format reads it; formats of "
+                       r"files: .*Parquet.*\.arrow.*\.csv"):
+        streamclust.open_data(str(tmp_path / "a.npy"))
+    with pytest.raises(DataError, match="cannot read data of type object"):
+        streamclust.open_data(object())
+    # the built-in formats are plugins too: without them nothing reads a Parquet file
+    pq.write_table(pa.table({"a": [1.0, 2.0]}), tmp_path / "d.parquet")
+    with pytest.raises(DataError, match="formats of files: none"):
+        streamclust.open_data(str(tmp_path / "d.parquet"), host=PluginHost(entrypoints=False, disable=["formats"]))
+
+
+def test_a_source_opener_that_is_not_callable_is_refused():
+    with pytest.raises(PluginError, match="not callable"):
+        PluginHost(extra_plugins=[_format_plugin("not a function")])
 
 
 def test_a_plugin_installed_mid_process_is_found(tmp_path, monkeypatch):

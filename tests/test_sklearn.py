@@ -88,7 +88,8 @@ def test_ism_takes_the_existing_clustering_as_y():
     given = (y % 2).astype(np.int64)
     est = ss.ISM(n_clusters=2, random_state=3).fit(X, given)
     import pyarrow as pa
-    t = streamclust.data.sources.array_to_table(X.astype(np.float32)).append_column("g", pa.array(given))
+    from streamclust.data.formats import array_to_table
+    t = array_to_table(X.astype(np.float32)).append_column("g", pa.array(given))
     m = streamclust.fit(t, "ism", 2, seed=3, given="g", progress=False)
     np.testing.assert_array_equal(est.labels_, m.predict(X))
     with pytest.raises(ValueError, match="y has 399 values but X has 400 rows"):

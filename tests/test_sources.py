@@ -5,7 +5,8 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from streamclust.data.cache import FeatureCache
-from streamclust.data.sources import ParquetSource, open_data
+from streamclust.data.formats import ParquetSource
+from streamclust.data.sources import open_data
 
 from conftest import write_parquet_dir
 

@@ -1,6 +1,6 @@
-"""The records the data stage hands on: a :class:`Source` (the interface every input kind
-implements), :class:`Data` (a source with its feature columns, yielding validated batches) and
-:class:`Batch` (rows ``start .. stop`` as read-only float32, what every pass step receives)."""
+"""The records the data stage hands on: :class:`Data` (a source, ``sources.Source``, with its
+feature columns, yielding validated batches) and :class:`Batch` (rows ``start .. stop`` as
+read-only float32, what every pass step receives)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -10,33 +10,6 @@ import numpy as np
 import pyarrow as pa
 
 from .features import FeatureSpec, batch_to_matrix, finite_mask
-
-
-class Source:
-    """Base class. ``record_batches`` yields ``(origin, row_in_origin, RecordBatch)``."""
-
-    rereadable = True
-    name = "source"
-    schema: pa.Schema
-    n_rows: int | None = None
-
-    def record_batches(self, columns, batch_size: int) -> Iterator[tuple[str, int, pa.RecordBatch]]:
-        raise NotImplementedError
-
-    def fingerprint(self) -> str | None:
-        """A string that changes when the data change, or None if unknown (no caching)."""
-        return None
-
-    def tail(self, first: int) -> "Source | None":
-        """The same source without its first ``first`` files (None: not made of files).  Its
-        fingerprint then covers only the files it keeps."""
-        files = getattr(self, "files", None)
-        if files is None or not 0 < first < len(files):
-            return None
-        import copy
-        rest = copy.copy(self)
-        rest.files, rest.n_rows = list(files[first:]), None
-        return rest
 
 
 @dataclass
@@ -61,7 +34,7 @@ class Batch:
 class Data:
     """A source together with its feature columns.  ``iter_batches`` validates every value."""
 
-    source: Source
+    source: object  # a sources.Source (not imported here: sources imports this module)
     spec: FeatureSpec
     n_features: int
     on_invalid: str = "error"

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from ..errors import DataError
-from .batch import Source
+from .sources import Source
 from .filesystems import expand_files, local_fingerprint
 
 CSV_EXT = (".csv", ".tsv", ".csv.gz", ".tsv.gz", ".csv.bz2", ".tsv.bz2", ".csv.zst", ".tsv.zst")

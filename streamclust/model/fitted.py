@@ -129,7 +129,7 @@ class Model:
             raise DataError(f"evaluate: {len(X)} rows but {len(y)} labels")
         spec = self.feature_spec
         if spec is None or spec.vector:
-            from ..data.sources import array_to_table
+            from ..data.formats import array_to_table
             t = array_to_table(X, spec.columns[0] if spec else "features")
         else:
             t = pa.table({c: np.asarray(X[:, j]) for j, c in enumerate(spec.columns)})

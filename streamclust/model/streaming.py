@@ -7,7 +7,7 @@ from typing import Iterator
 import pyarrow as pa
 
 from ..data.batch import Data
-from ..data.sources import TableSource, _frame_to_arrow
+from ..data.formats import TableSource, _frame_to_arrow
 from ..errors import DataError
 
 

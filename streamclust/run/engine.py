@@ -71,10 +71,10 @@ def _executor(executor, client):
     return executor or LocalExecutor()
 
 
-def _open(data, algo, features, exclude, on_invalid):
+def _open(data, algo, features, exclude, on_invalid, host=None):
     req = algo.requirements()
     d = open_data(data, features=features, on_invalid=on_invalid, exclude=exclude,
-                  reserved=req.columns)
+                  reserved=req.columns, host=host)
     check_columns(d.source.schema, req.columns, d.source.name, algo.name)
     overlap = sorted(set(req.columns) & set(d.spec.columns))
     if overlap:
@@ -310,7 +310,7 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
     if n_clusters is None and not cls.chooses_k:
         n_clusters = 8
     algo = cls(n_clusters, seed=seed, **params)
-    d = _open(data, algo, features, exclude, on_invalid)
+    d = _open(data, algo, features, exclude, on_invalid, host)
     log.info("%s: %s", d.source.name, describe_features(d.spec, d.left_out))
     rows = d.n_rows  # a batch never holds more rows than the data (None: not known up front)
     executor = _executor(executor, client)

@@ -166,7 +166,7 @@ def update(data, work_dir: str, *, max_epochs: int = 100, progress: bool | None 
     p = ident["params"]
     algo = cls(None if cls.chooses_k else p["n_clusters"], seed=p["seed"], **p["hyper"])
     spec = FeatureSpec.from_json(ident["features"])
-    d = engine._open(data, algo, list(spec.columns), None, ident["on_invalid"])
+    d = engine._open(data, algo, list(spec.columns), None, ident["on_invalid"], host)
     if d.spec.to_json() != ident["features"]:
         raise DataError(f"{d.source.name}: the features read now ({list(d.spec.columns)}) are not "
                         f"those the model was fitted on ({list(spec.columns)})")
