@@ -58,6 +58,27 @@ def test_infex_gives_a_new_class_an_exemplar_and_a_new_id(tmp_path):
     assert m2.certified_
 
 
+@pytest.mark.parametrize("settings", [{"coreset_size": 400}, {"max_master_rows": 1600}])
+def test_infex_update_climbs_from_the_new_master_rows(tmp_path, settings):
+    """The master rows an update marks new (pricing starts there) are exactly the added rows:
+    after a fit on a coreset, and when the rows outgrow max_master_rows (every row at the fit,
+    a coreset of max_master_rows rows at the update)."""
+    rng = np.random.default_rng(4)
+    C = rng.normal(0, 10, (3, 4))
+    y = rng.integers(0, 3, 2000)
+    X = C[y] + rng.normal(0, 0.5, (2000, 4))
+    data = tmp_path / "data"
+    data.mkdir()
+    _write(str(data / "a.parquet"), X[:1500], y[:1500])
+    streamclust.fit(str(data), "infex", features="x", bandwidth=1.5, work_dir=str(tmp_path / "w"),
+                    progress=False, **settings)
+    _write(str(data / "b.parquet"), X[1500:], y[1500:])
+    a = streamclust.update(str(data), str(tmp_path / "w"), progress=False).algorithm_
+    ids, first = a._ids, a._first_new
+    assert ids is not None and 0 < first < len(ids)
+    assert (ids[:first] < 1500).all() and (ids[first:] >= 1500).all()
+
+
 def test_ism_grown_sample_is_uniform_and_keeps_the_fitted_rows():
     """Over many draws each row is sampled with probability m / n, new or old, and the kept
     old rows are rows of the fitted sample."""

@@ -50,6 +50,10 @@ from .update import Updates
 
 log = logging.getLogger("streamclust.infex")
 
+#: the master's coreset when ``coreset_size`` is 0 and there are more than ``max_master_rows``
+#: rows (20 000 rows: 145 s at 1M digit rows with h = 500, peak 687 MiB; docs/benchmarks.md)
+AUTO_CORESET = 20_000
+
 
 def _score_step(batch, _state, params):
     """Σ_i log γ(x_i) and min_i γ(x_i) over a batch (the full-data objective)."""
@@ -101,7 +105,8 @@ class INFEX(Updates, Algorithm):
                          POSITIVE),
         "gap": Param(1e-8, float, "duality gap the master is solved to", POSITIVE),
         "coreset_size": Param(0, int, "rows of the weighted coreset the master runs on (0: every "
-                              "row, up to max_master_rows)", NON_NEGATIVE),
+                              "row up to max_master_rows, a coreset of 20 000 rows above)",
+                              NON_NEGATIVE),
         "max_master_rows": Param(100000, int, "the most rows a master without coreset takes",
                                  at_least(1)),
         "starts": Param(2000, int, "mean-shift starts per round: every master row when there are "
@@ -123,6 +128,15 @@ class INFEX(Updates, Algorithm):
     def requirements(self):
         return Requirements(coreset=self.hyper["coreset_size"])
 
+    def _coreset_rows(self, n_rows: int) -> int:
+        """The rows of the master's coreset, 0 when the master takes every row: ``coreset_size``,
+        or with 0 a coreset of ``AUTO_CORESET`` rows above ``max_master_rows`` rows (so that the
+        defaults fit any number of rows; ``n_rows`` 0: not known yet, every row)."""
+        h = self.hyper
+        if h["coreset_size"] or n_rows <= h["max_master_rows"]:
+            return h["coreset_size"]
+        return min(AUTO_CORESET, h["max_master_rows"])
+
     def memory(self, n_rows, n_features):
         """The master's first round (:func:`master_bytes`): R = m columns when the rows start
         as columns, else at most ``starts``; later rounds add columns only while the master
@@ -131,10 +145,11 @@ class INFEX(Updates, Algorithm):
         R = 4 000 held at least 551 MiB above the process in its first round (stopped there;
         this estimate: 610 MiB)."""
         h = self.hyper
-        m = min(h["coreset_size"] or min(n_rows, h["max_master_rows"]), n_rows)
+        core = self._coreset_rows(n_rows)
+        m = min(core or n_rows, n_rows)
         R = m if self._init() == "rows" else min(h["starts"], m)
-        what = "coreset_size" if h["coreset_size"] else "the rows (set coreset_size)"
-        return [(master_bytes(m, R, 0 if h["coreset_size"] else n_features),
+        what = "coreset_size" if core else "the rows (set coreset_size)"
+        return [(master_bytes(m, R, 0 if core else n_features),
                  f"INFEX's master on {m} rows × {R} columns", what)]
 
     def _init(self) -> str:
@@ -146,15 +161,15 @@ class INFEX(Updates, Algorithm):
 
     # -- fitting ----------------------------------------------------------------------------
     def _master_rows(self, ctx):
-        h = self.hyper
-        if h["coreset_size"]:
-            cs = ctx.coreset(h["coreset_size"])
+        core = self._coreset_rows(ctx.n_rows)
+        if core:
+            if not self.hyper["coreset_size"]:
+                log.info("INFEX: %d rows are more than max_master_rows = %d: the master runs on "
+                         "a coreset of %d rows (set coreset_size to choose)", ctx.n_rows,
+                         self.hyper["max_master_rows"], core)
+            cs = ctx.coreset(core)
             self._ids = np.asarray(cs.ids, np.int64)  # kept for an update (update.py)
             return np.ascontiguousarray(cs.X), np.asarray(cs.weights, np.float64)
-        if ctx.n_rows > h["max_master_rows"]:
-            raise ParameterError(f"{ctx.n_rows} rows are more than max_master_rows = "
-                                 f"{h['max_master_rows']}: set coreset_size (the master runs in "
-                                 f"memory on a weighted coreset) or raise max_master_rows")
         return np.ascontiguousarray(ctx.take(np.arange(ctx.n_rows))), np.ones(ctx.n_rows)
 
     def _bandwidth(self, X, w) -> float:
@@ -319,7 +334,7 @@ class INFEX(Updates, Algorithm):
 
     def _room(self, ctx) -> int:
         """The most columns the master holds within ``ctx.memory_budget``."""
-        d = 0 if self.hyper["coreset_size"] else self._X.shape[1]
+        d = 0 if getattr(self, "_ids", None) is not None else self._X.shape[1]
         return most_columns(len(self._X), d, ctx.memory_budget)
 
     def checkpoint(self) -> dict:

@@ -25,25 +25,30 @@ class Updates:
     """The update of :class:`~streamclust_infex.algorithm.INFEX` (a mixin)."""
 
     def update(self, ctx, state: dict) -> None:
-        h = self.hyper
-        if h["coreset_size"]:
+        core = self._coreset_rows(ctx.old_rows)  # the fit's coreset (0: it took every row)
+        if core:
             if "master_ids" not in state:
                 raise RuntimeError("INFEX: the fitted run's checkpoint lacks its coreset rows "
                                    "(written by an older version): refit once")
             ids, w = np.asarray(state["master_ids"], np.int64), np.asarray(state["master_w"])
             n_old, n = ctx.old_rows, ctx.n_rows
-            m = min(n - n_old, max(MIN_NEW, int(np.ceil(h["coreset_size"] * (n - n_old) / n_old))))
+            m = min(n - n_old, max(MIN_NEW, int(np.ceil(core * (n - n_old) / n_old))))
             new = np.sort(ctx.rng(0x1FE, n).choice(n - n_old, m, replace=False)) + n_old
             self._ids = np.concatenate([ids, new])
             self._w = np.concatenate([w, np.full(m, (n - n_old) / m)])
             self._X = np.ascontiguousarray(ctx.take(self._ids))
-        else:
-            self._X, self._w = self._master_rows(ctx)
+            first_new = len(ids)  # the fit's coreset rows (in its own order), then the new ones
+        else:  # every row at the fit; a coreset once the rows outgrow max_master_rows
             self._ids = None
+            self._X, self._w = self._master_rows(ctx)
+            first_new = ctx.old_rows
+            if self._ids is not None:  # ordered by row, so that the new rows come last
+                order = np.argsort(self._ids, kind="stable")
+                self._ids, self._X, self._w = self._ids[order], self._X[order], self._w[order]
+                first_new = int(np.searchsorted(self._ids, ctx.old_rows))
         self._restore_columns(state)
         self._objs, self._certified, self._solved, self._full = [], False, False, False
-        self._first_new = int(np.searchsorted(self._ids, ctx.old_rows)) if self._ids is not None \
-            else ctx.old_rows  # master rows from here on are new
+        self._first_new = first_new  # master rows from here on are new
 
     def _start_rows(self, ctx, n: int) -> np.ndarray:
         """Where pricing climbs from: ``starts`` master rows; in an update as many as the new

@@ -169,8 +169,11 @@ def test_coreset_master_and_full_data_objective():
     assert a.certified_ and nmi(y, cs.predict(X)) > 0.9
     # the coreset's optimum scored on every row: close to the optimum on every row
     assert full.algorithm_.full_objective_ - 0.02 < a.full_objective_ <= full.algorithm_.full_objective_ + 1e-9
-    with pytest.raises(ParameterError, match="max_master_rows"):
-        streamclust.fit(X, "infex", bandwidth=1.0, max_master_rows=1000, progress=False)
+    # more rows than max_master_rows and no coreset_size: the master runs on a coreset of
+    # min(20 000, max_master_rows) rows, the same as when that size is set (it was an error)
+    auto = streamclust.fit(X, "infex", bandwidth=1.0, max_master_rows=800, progress=False)
+    np.testing.assert_array_equal(auto.algorithm_.exemplars_, a.exemplars_)
+    np.testing.assert_array_equal(auto.algorithm_.weights_, a.weights_)
 
 
 def test_finite_support_kernels_and_bad_input():
