@@ -187,8 +187,8 @@ def _fits(res, S, algorithm, ks, seeds, seed, space, params, show):
 
 def render(res: SweepResult) -> str:
     """The sweep's page: its curves against k, the table and the suggestion."""
-    from .model.report import _CSS, _plt, _svg, _table
-    plt = _plt()
+    from .model.page import CSS, pyplot, svg, table
+    plt = pyplot()
     series = [("silhouette", "mean silhouette"), ("stability", "stability (mean ARI across seeds)"),
               ("objective", "objective"), ("bic", "BIC")]
     series = [(key, t) for key, t in series if all(r[key] is not None and not
@@ -207,10 +207,10 @@ def render(res: SweepResult) -> str:
     body = (f"<h1>How many clusters? {html.escape(res.algorithm)} on {html.escape(res.source)}</h1>"
             f"<p class='sub'>{res.sample} sampled rows, {res.seeds} seed(s) per k.</p>"
             f"<h2>Suggestion: k = {res.suggested}</h2><p>{html.escape(res.reason)}.</p>"
-            f"<div class='figure'>{_svg(fig)}</div><h2>Per k</h2>"
-            + _table(rows, ["k", "objective", "BIC", "silhouette", "stability", "seconds"], left=0))
+            f"<div class='figure'>{svg(fig)}</div><h2>Per k</h2>"
+            + table(rows, ["k", "objective", "BIC", "silhouette", "stability", "seconds"], left=0))
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>sweep "
-            f"{html.escape(res.algorithm)}</title><style>{_CSS}</style></head><body>{body}</body></html>")
+            f"{html.escape(res.algorithm)}</title><style>{CSS}</style></head><body>{body}</body></html>")
 
 
 def write_page(res: SweepResult, out: str, overwrite: bool = False, inputs=()) -> str:

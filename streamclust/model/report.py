@@ -12,14 +12,14 @@ the smallest hashes of the row ids (the same rows for any batch size).  Needs ma
 from __future__ import annotations
 
 import html
-import io
 import json
 import time
 
 import numpy as np
 
 from ..base.atomic import atomic_path, check_output_file
-from ..errors import DataError, StreamclustError
+from ..errors import DataError
+from . import page
 
 #: history keys that are bookkeeping, not curves
 _NOT_CURVES = {"epoch", "rows", "seconds", "distance_evaluations", "converged"}
@@ -84,27 +84,6 @@ def pca2(Z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return P * np.where(sign == 0, 1, sign), var[:2]
 
 
-def _svg(fig) -> str:
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight")
-    import matplotlib.pyplot as plt
-    plt.close(fig)
-    text = buf.getvalue()
-    return text[text.index("<svg"):]
-
-
-def _plt():
-    try:
-        import matplotlib
-    except ImportError:
-        raise StreamclustError("the report needs matplotlib: pip install 'streamclust[report]'") from None
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-    plt.rcParams.update({"font.size": 9, "axes.spines.top": False, "axes.spines.right": False,
-                         "svg.fonttype": "none", "svg.hashsalt": "streamclust"})
-    return plt
-
-
 def curves(history: list) -> dict:
     """Every numeric series of the history (a key present with a number in some epochs)."""
     out = {}
@@ -117,7 +96,7 @@ def curves(history: list) -> dict:
 
 
 def history_svg(history: list) -> str:
-    plt = _plt()
+    plt = page.pyplot()
     series = curves(history)
     if not series:
         return ""
@@ -135,11 +114,11 @@ def history_svg(history: list) -> str:
     for ax in list(axes.flat)[len(names):]:
         ax.axis("off")
     fig.tight_layout()
-    return _svg(fig)
+    return page.svg(fig)
 
 
 def sizes_svg(sizes: np.ndarray, top: int = 60) -> str:
-    plt = _plt()
+    plt = page.pyplot()
     order = np.argsort(-sizes, kind="stable")[:top]
     fig, ax = plt.subplots(figsize=(min(10, 1.5 + 0.16 * len(order)), 2.6))
     ax.bar(range(len(order)), sizes[order], color="#4e9a06")
@@ -148,41 +127,18 @@ def sizes_svg(sizes: np.ndarray, top: int = 60) -> str:
     ax.set_xlabel("cluster (largest first)" + (f"; the {top} largest of {len(sizes)}" if len(sizes) > top else ""))
     ax.set_ylabel("rows")
     fig.tight_layout()
-    return _svg(fig)
+    return page.svg(fig)
 
 
 def projection_svg(P: np.ndarray, clusters: np.ndarray, var) -> str:
-    plt = _plt()
+    plt = page.pyplot()
     fig, ax = plt.subplots(figsize=(5.2, 4.4))
     cmap = plt.get_cmap("tab20")
     ax.scatter(P[:, 0], P[:, 1], s=5, c=[cmap(int(c) % 20) for c in clusters], linewidths=0, alpha=0.8)
     ax.set_xlabel(f"PC 1 ({100 * var[0]:.0f} % of the variance)")
     ax.set_ylabel(f"PC 2 ({100 * var[1]:.0f} %)")
     fig.tight_layout()
-    return _svg(fig)
-
-
-_CSS = """
-body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;color:#222;max-width:1100px;
-margin:2em auto;padding:0 1.2em}h1{font-size:1.5em;margin-bottom:.2em}h2{font-size:1.15em;
-margin-top:1.8em;border-bottom:1px solid #ddd;padding-bottom:.2em}.sub{color:#666}
-table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ddd;padding:.25em .6em;
-text-align:right}th{background:#f4f4f4}td.k,th.k{text-align:left}.figure svg{max-width:100%;
-height:auto}.grid{display:flex;flex-wrap:wrap;gap:1.5em;align-items:flex-start}
-"""
-
-
-def _table(rows, head=None, left=1) -> str:
-    def cell(tag, v, i):
-        cls = ' class="k"' if i < left else ""
-        v = f"{v:.4g}" if isinstance(v, float) else v
-        return f"<{tag}{cls}>{html.escape(str(v))}</{tag}>"
-    out = ["<table>"]
-    if head:
-        out.append("<tr>" + "".join(cell("th", h, i) for i, h in enumerate(head)) + "</tr>")
-    for r in rows:
-        out.append("<tr>" + "".join(cell("td", v, i) for i, v in enumerate(r)) + "</tr>")
-    return "".join(out) + "</table>"
+    return page.svg(fig)
 
 
 def _confusion(stats, top: int = 20) -> str:
@@ -194,7 +150,7 @@ def _confusion(stats, top: int = 20) -> str:
             for i in np.argsort([str(c) for c in classes])]
     head = [stats["labels"] + " \\ cluster"] + [str(c) for c in cols] + ["all"]
     note = f"<p class='sub'>The {top} largest of {C.shape[1]} clusters.</p>" if C.shape[1] > top else ""
-    return _table(rows, head) + note
+    return page.table(rows, head) + note
 
 
 def render(model, stats: dict | None = None) -> str:
@@ -216,8 +172,8 @@ def render(model, stats: dict | None = None) -> str:
               for k, v in sorted(model.params.get("hyper", model.params).items())]
     parts = [f"<h1>{html.escape(title)}</h1><p class='sub'>streamclust report, "
              f"{time.strftime('%Y-%m-%d %H:%M')}</p>",
-             "<div class='grid'><div><h2>Fit</h2>" + _table(summary) + "</div>",
-             "<div><h2>Parameters</h2>" + _table(params) + "</div></div>"]
+             "<div class='grid'><div><h2>Fit</h2>" + page.table(summary) + "</div>",
+             "<div><h2>Parameters</h2>" + page.table(params) + "</div></div>"]
     hist = history_svg(h)
     if hist:
         parts.append("<h2>History</h2><div class='figure'>" + hist + "</div>")
@@ -234,19 +190,19 @@ def render(model, stats: dict | None = None) -> str:
         if "scores" in stats:
             s = stats["scores"]
             parts.append(f"<h2>Against '{html.escape(stats['labels'])}'</h2>"
-                         + _table([("NMI", s["nmi"]), ("ACC (one-to-one)", s["acc"]),
+                         + page.table([("NMI", s["nmi"]), ("ACC (one-to-one)", s["acc"]),
                                    ("ACC (many-to-one, purity)", s["acc_many_to_one"])])
                          + _confusion(stats))
     body = "\n".join(parts)
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>"
-            f"{html.escape(title)}</title><style>{_CSS}</style></head><body>{body}</body></html>")
+            f"{html.escape(title)}</title><style>{page.CSS}</style></head><body>{body}</body></html>")
 
 
 def write_report(model, out: str, data=None, labels=None, sample: int = 3000,
                  batch_size: int = 65536, overwrite: bool = False, on_invalid: str = "error") -> dict:
     """Write the page to ``out`` (atomically; an existing file only with ``overwrite``, an input
     never).  Returns what was measured."""
-    _plt()  # a missing matplotlib is said before the pass
+    page.pyplot()  # a missing matplotlib is said before the pass
     if labels is not None and data is None:
         raise DataError("labels need DATA to read them from")
     inputs = ()
@@ -256,8 +212,8 @@ def write_report(model, out: str, data=None, labels=None, sample: int = 3000,
     check_output_file(out, inputs, overwrite)
     t = time.perf_counter()
     stats = scan(model, data, labels, sample, batch_size, on_invalid=on_invalid) if data is not None else None
-    page = render(model, stats)
+    text = render(model, stats)
     with atomic_path(out) as tmp, open(tmp, "w", encoding="utf-8") as f:
-        f.write(page)
+        f.write(text)
     return {"out": out, "rows": stats["rows"] if stats else 0, "seconds": time.perf_counter() - t,
-            "bytes": len(page.encode())}
+            "bytes": len(text.encode())}
