@@ -124,3 +124,31 @@ def test_no_first_person_in_the_docs():
         found += [f"{os.path.relpath(p, ROOT)}: {m.group(0)!r}" for m in
                   re.finditer(r"(?<![\w=/])(I|I'\w+|[Mm]y|[Ww]e|[Oo]ur|[Uu]s)(?![\w=/])", text)]
     assert not found, "first person in the docs:\n" + "\n".join(found)
+
+
+def _anchor(title: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+
+
+def test_every_relative_link_in_the_docs_resolves_and_the_architecture_page_is_short():
+    pages = ["README.md"] + sorted(os.path.relpath(p, ROOT) for p in
+                                   glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True))
+    broken = []
+    for page in pages:
+        text = re.sub(r"```.*?```", "", open(os.path.join(ROOT, page)).read(), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue  # http(s), mailto
+            path, _, frag = target.partition("#")
+            full = os.path.normpath(os.path.join(ROOT, os.path.dirname(page), path)) if path \
+                else os.path.join(ROOT, page)
+            if not os.path.exists(full):
+                broken.append(f"{page}: {target}")
+            elif frag and full.endswith(".md"):
+                heads = re.findall(r"^#+ (.*)$", open(full).read(), flags=re.M)
+                if frag not in {_anchor(h) for h in heads}:
+                    broken.append(f"{page}: {target} (no such heading)")
+    assert not broken, "links that do not resolve:\n" + "\n".join(broken)
+    size = len(open(os.path.join(ROOT, "docs", "architecture.md")).read().encode())
+    assert size <= 20 * 1024, f"docs/architecture.md is {size} bytes (≤ 20 KB)"
