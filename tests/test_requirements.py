@@ -19,6 +19,7 @@ class Probe(Algorithm):
               "knn": streamclust.Param(0, int, "")}
 
     def requirements(self):
+        SEEN["requirements_calls"] = SEEN.get("requirements_calls", 0) + 1
         h = self.hyper
         return Requirements(coreset=h["coreset"], sample=h["sample"], knn=h["knn"],
                             columns=("label",), transform="l2")
@@ -91,3 +92,20 @@ def test_requirements_has_no_field_the_engine_ignores():
     import dataclasses
     assert {f.name for f in dataclasses.fields(Requirements)} == \
         {"coreset", "columns", "knn", "transform", "sample", "knn_reference", "random_rows"}
+
+
+def test_requirements_are_asked_once_a_fit_and_the_memory_plan_is_logged(table, caplog):
+    """The engine asks ``requirements()`` once and makes one memory plan (debug log): the limit
+    parsed once, the parts it counts named."""
+    import logging
+    data, X, y = table
+    SEEN.clear()
+    with caplog.at_level(logging.DEBUG, logger="streamclust"):
+        streamclust.fit(data, "requirements-probe", 3, host=_host(), features=[f"x{j}" for j in range(4)],
+                        coreset=200, sample=150, knn=4, batch_size=128, progress=False,
+                        memory_limit="2GB")
+    assert SEEN["requirements_calls"] == 1
+    plans = [r.getMessage() for r in caplog.records if r.getMessage().startswith("memory plan")]
+    assert len(plans) == 1, plans
+    assert "limit 1907 MiB" in plans[0] and "the coreset of 200 rows" in plans[0] \
+        and "the sample of 150 rows" in plans[0] and "kNN cells of at most" in plans[0]

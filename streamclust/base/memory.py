@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass, field
 
 from ..errors import ParameterError
 
@@ -133,3 +134,33 @@ def check_worker_batches(limit: int, workers, batch_size: int, n_features: int) 
                 f"batch(es) of {batch_size} rows × {n_features} features (one a thread) need "
                 f"about {mib(need)}; lower batch_size, or raise memory_limit and the workers' "
                 "memory")
+
+
+@dataclass
+class MemoryPlan:
+    """One fit's memory budget, made once before the first pass (``memory_limit`` parsed once)
+    and handed where it is needed: the limit, one batch, the declared sample or coreset and what
+    the algorithm says it holds (``(bytes, what, parameter)`` each, for ``rows`` rows; None: not
+    known before the cache pass), and the kNN cells' rows when the algorithm needs a graph."""
+
+    limit: int
+    batch: int
+    rows: int | None
+    summaries: list = field(default_factory=list)
+    algorithm: list = field(default_factory=list)
+    cell_rows: int | None = None
+
+    @property
+    def algorithm_budget(self) -> int:
+        """What the algorithm may hold beyond the process, a batch and the summaries
+        (``Context.memory_budget``)."""
+        return self.limit - BASELINE - self.batch - sum(int(p[0]) for p in self.summaries)
+
+    def describe(self) -> str:
+        """One line: the limit and each part (printed at debug level)."""
+        parts = [("the process", BASELINE), ("one batch", self.batch)]
+        parts += [(what, int(b)) for b, what, _ in self.summaries + self.algorithm]
+        if self.cell_rows is not None:
+            parts.append((f"kNN cells of at most {self.cell_rows} rows", None))
+        return f"memory plan: limit {mib(self.limit)}; " + ", ".join(
+            what if b is None else f"{what} {mib(b)}" for what, b in parts)

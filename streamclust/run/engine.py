@@ -71,8 +71,7 @@ def _executor(executor, client):
     return executor or LocalExecutor()
 
 
-def _open(data, algo, features, exclude, on_invalid, host=None):
-    req = algo.requirements()
+def _open(data, algo, req, features, exclude, on_invalid, host=None):
     d = open_data(data, features=features, on_invalid=on_invalid, exclude=exclude,
                   reserved=req.columns, host=host)
     check_columns(d.source.schema, req.columns, d.source.name, algo.name)
@@ -117,9 +116,10 @@ def _graph(cache, req, work_dir, executor, seed, batch_size, show, knn_options):
     return graph, info
 
 
-def _prepare(algo, d, work_dir, executor, opts) -> _State:
-    """Feature cache, kNN graph and the declared summaries; the context and the run record."""
-    req, show = algo.requirements(), opts["show"]
+def _prepare(algo, req, d, work_dir, executor, opts) -> _State:
+    """Feature cache, kNN graph and the declared summaries; the context and the run record.
+    ``req``: the algorithm's requirements, ``opts["plan"]`` the memory plan (:func:`_budget`)."""
+    show = opts["show"]
     cache_dtype = opts.get("cache_dtype", "float32")
     if cache_dtype != "float32" and req.random_rows:
         raise ParameterError(f"algorithm '{algo.name}' reads the cached rows at random in its "
@@ -146,8 +146,12 @@ def _prepare(algo, d, work_dir, executor, opts) -> _State:
         graph, info["knn"] = _graph(cache, req, work_dir, executor, algo.seed, opts["batch_size"],
                                     show, opts["knn_options"])
     # the rows are known now (a CSV's only after the cache pass): what the algorithm may hold
-    left = _algorithm_parts(algo, opts["memory_limit"], min(opts["batch_size"], cache.n_rows),
-                            cache.n_features, cache.n_rows)
+    plan = opts["plan"]
+    if plan.rows != cache.n_rows:
+        plan = _plan_parts(plan.limit, algo, req, min(opts["batch_size"], cache.n_rows),
+                           cache.n_features, cache.n_rows, plan.cell_rows)
+        log.debug("%s (%d rows)", plan.describe(), cache.n_rows)
+    left = plan.algorithm_budget
     ctx = Context(cache, work_dir, executor, algo.n_clusters, algo.seed, opts["batch_size"],
                   progress=show, knn=graph, memory_budget=left)
     ctx.prepare(coreset=req.coreset, sample=req.sample)
@@ -310,13 +314,14 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
     if n_clusters is None and not cls.chooses_k:
         n_clusters = 8
     algo = cls(n_clusters, seed=seed, **params)
-    d = _open(data, algo, features, exclude, on_invalid, host)
+    req = algo.requirements()  # once a fit: what it declares does not change
+    d = _open(data, algo, req, features, exclude, on_invalid, host)
     log.info("%s: %s", d.source.name, describe_features(d.spec, d.left_out))
     rows = d.n_rows  # a batch never holds more rows than the data (None: not known up front)
     executor = _executor(executor, client)
-    knn_options, limit = _budget(memory_limit, algo, d.n_features,
-                                 min(batch_size, rows) if rows else batch_size, knn_options, rows,
-                                 executor)
+    knn_options, plan = _budget(memory_limit, algo, req, d.n_features,
+                                min(batch_size, rows) if rows else batch_size, knn_options, rows,
+                                executor)
     if resume and (work_dir is None or not algo.can_resume()):
         raise ParameterError("resume needs the work_dir of the interrupted run" if work_dir is None
                              else f"algorithm '{algorithm}' cannot resume (it writes no checkpoints)")
@@ -324,11 +329,10 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
         work_dir, owned = _work_dir(stack, work_dir)
         stack.enter_context(WorkDirLock(work_dir))
         stack.enter_context(limit_blas(blas_threads))
-        st = _prepare(algo, d, work_dir, executor, {"show": _progress_enabled(progress), "owned": owned,
-                                                    "batch_size": batch_size, "knn_options": knn_options,
-                                                    "scale": scale, "metric": metric,
-                                                    "cache_dtype": cache_dtype,
-                                                    "memory_limit": limit})
+        st = _prepare(algo, req, d, work_dir, executor,
+                      {"show": _progress_enabled(progress), "owned": owned, "batch_size": batch_size,
+                       "knn_options": knn_options, "scale": scale, "metric": metric,
+                       "cache_dtype": cache_dtype, "plan": plan})
         log.info("fitting %s (k=%s, seed %d, executor %s)", algo.name, algo.n_clusters, seed,
                  getattr(executor, "name", type(executor).__name__))
         from .fitted_record import forget_base, write_base, write_no_base
@@ -344,43 +348,44 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
         return model
 
 
-def _budget(memory_limit, algo, n_features, batch_size, knn_options, rows, executor):
-    """The memory budget checked before any pass: one batch; beside it the declared sample or
-    coreset and what the algorithm holds (``Algorithm.memory``); the kNN graph's cells when
-    the algorithm needs one (built before the algorithm starts).  On a distributed executor
-    the passes' tasks and the cells run on its workers: each must also hold a batch a thread
-    and its threads' cells.  Returns the graph's options and the limit in bytes."""
+def _budget(memory_limit, algo, req, n_features, batch_size, knn_options, rows, executor):
+    """The memory plan checked before any pass (``memory_limit`` parsed here, once): one batch;
+    beside it the declared sample or coreset and what the algorithm holds (``Algorithm.memory``);
+    the kNN graph's cells when the algorithm needs one (built before the algorithm starts).  On
+    a distributed executor the passes' tasks and the cells run on its workers: each must also
+    hold a batch a thread and its threads' cells.  Returns the graph's options (with the limit
+    in bytes) and the :class:`~streamclust.base.memory.MemoryPlan`."""
     from ..base.memory import budget, check_batches, check_worker_batches, workers_of
     limit = budget(memory_limit)
     check_batches(limit, batch_size, n_features)
     workers = workers_of(executor)
     if workers:
         check_worker_batches(limit, workers, batch_size, n_features)
-    req = algo.requirements()
-    _algorithm_parts(algo, limit, batch_size, n_features, rows)
     k = req.knn
     opts = dict(knn_options or {})
+    cell_rows = None
     if k:
         from ..base.threads import n_threads
         from ..graph.knn import check_reference, fit_cells
         check_reference(k, opts.get("reference_rows", req.knn_reference))
-        opts.setdefault("memory_limit", limit)
-        fit_cells(opts["memory_limit"], int(opts.get("cell_rows", 50_000)),
-                  n_threads(opts.get("threads", -1)), n_features, int(opts.get("degree", 0)), k,
-                  batch_size, int(opts.get("max_candidates", 0)), workers)
-    return opts, limit
+        opts["memory_limit"] = budget(opts["memory_limit"]) if "memory_limit" in opts else limit
+        cell_rows = fit_cells(opts["memory_limit"], int(opts.get("cell_rows", 50_000)),
+                              n_threads(opts.get("threads", -1)), n_features,
+                              int(opts.get("degree", 0)), k, batch_size,
+                              int(opts.get("max_candidates", 0)), workers)
+    plan = _plan_parts(limit, algo, req, batch_size, n_features, rows, cell_rows)
+    log.debug("%s", plan.describe())
+    return opts, plan
 
 
-def _algorithm_parts(algo, limit, batch_size, n_features, rows):
-    """The declared sample or coreset and what the algorithm holds, checked against ``limit``
-    beside the process and a batch (``rows``: the data's, when known); returns the bytes left
-    for the algorithm beyond them (``Context.memory_budget``)."""
-    from ..base.memory import BASELINE, batch_bytes, check_parts, summary_parts
-    req = algo.requirements()
+def _plan_parts(limit, algo, req, batch_size, n_features, rows, cell_rows=None):
+    """The plan's declared sample or coreset and what the algorithm holds, checked against
+    ``limit`` beside the process and a batch (``rows``: the data's, when known)."""
+    from ..base.memory import MemoryPlan, batch_bytes, check_parts, summary_parts
     summaries = summary_parts(req.sample, req.coreset, rows, n_features)
-    check_parts(limit, batch_size, n_features,
-                summaries + list(algo.memory(rows or max(req.sample, req.coreset), n_features)))
-    return limit - BASELINE - batch_bytes(batch_size, n_features) - sum(int(p[0]) for p in summaries)
+    parts = list(algo.memory(rows or max(req.sample, req.coreset), n_features))
+    check_parts(limit, batch_size, n_features, summaries + parts)
+    return MemoryPlan(limit, batch_bytes(batch_size, n_features), rows, summaries, parts, cell_rows)
 
 
 def _progress_enabled(progress) -> bool:

@@ -165,8 +165,9 @@ def update(data, work_dir: str, *, max_epochs: int = 100, progress: bool | None 
     cls = _refuse(ident["algorithm"], host)
     p = ident["params"]
     algo = cls(None if cls.chooses_k else p["n_clusters"], seed=p["seed"], **p["hyper"])
+    req = algo.requirements()  # once an update
     spec = FeatureSpec.from_json(ident["features"])
-    d = engine._open(data, algo, list(spec.columns), None, ident["on_invalid"], host)
+    d = engine._open(data, algo, req, list(spec.columns), None, ident["on_invalid"], host)
     if d.spec.to_json() != ident["features"]:
         raise DataError(f"{d.source.name}: the features read now ({list(d.spec.columns)}) are not "
                         f"those the model was fitted on ({list(spec.columns)})")
@@ -177,17 +178,17 @@ def update(data, work_dir: str, *, max_epochs: int = 100, progress: bool | None 
         return None
     executor = engine._executor(executor, client)
     batch_size = int(ident["batch_size"])
-    knn_options, limit = engine._budget(memory_limit, algo, d.n_features,
-                                        min(batch_size, d.n_rows) if d.n_rows else batch_size,
-                                        knn_options, d.n_rows, executor)
+    knn_options, plan = engine._budget(memory_limit, algo, req, d.n_features,
+                                       min(batch_size, d.n_rows) if d.n_rows else batch_size,
+                                       knn_options, d.n_rows, executor)
     with contextlib.ExitStack() as stack:
         stack.enter_context(WorkDirLock(work_dir))
         stack.enter_context(limit_blas(blas_threads))
-        st = engine._prepare(algo, d, work_dir, executor,
+        st = engine._prepare(algo, req, d, work_dir, executor,
                              {"show": engine._progress_enabled(progress), "owned": False,
                               "batch_size": batch_size, "knn_options": knn_options,
                               "scale": ident.get("scale", "none"),
-                              "metric": ident.get("metric", "euclidean"), "memory_limit": limit,
+                              "metric": ident.get("metric", "euclidean"), "plan": plan,
                               "cache_dtype": ident.get("cache_dtype", "float32"),
                               "keep_scaling": True})
         n_old = int(base["rows"])
