@@ -4,6 +4,7 @@ bound."""
 import numpy as np
 
 from streamclust.graph import descent as D
+from streamclust.graph import trees as T
 from streamclust.graph import walk as W
 from streamclust.testing import make_blobs
 
@@ -48,7 +49,7 @@ def test_rows_joining_a_built_cell_find_their_neighbours_and_old_lists_only_impr
     D.random_init(X[:mo], lists, 0, 7)
     D.descent(X[:mo], lists, (24, 50, 0.001, 7))
     old_ids, old_d2 = lists[0].copy(), lists[1].copy()
-    starts = W.tree_starts(X, mo, (2, 64, 4, 3))
+    starts = T.tree_starts(X, mo, (2, 64, 4, 3))
     assert starts.shape == (1000, 8) and (starts >= 0).all() and (starts < mo).all()
     # a start is among the nearer old rows: nearer than a random old row for most new rows
     d_start = ((X[mo:] - X[starts[:, 0]]) ** 2).sum(1)
@@ -123,7 +124,7 @@ def test_the_projected_lower_bound_leaves_the_walk_as_it_is():
     np.testing.assert_allclose(V @ V.T, np.eye(W.BOUND_DIMS), atol=1e-5)
     lists = _lists(2500, 12)
     P = np.ascontiguousarray(cell @ V.T)
-    D.forest_init(cell, lists, (4, 60, 1))
+    T.forest_init(cell, lists, (4, 60, 1))
     D.random_init(cell, lists, 0, 3)
     D.descent(cell, lists, (24, 50, 0.001, 3))
     assert _recall(lists[0][:, :10], _brute(cell, cell, 10, own=True)) >= 0.98

@@ -187,7 +187,7 @@ def test_probe_ratio_skips_boundaries_only_where_brute_force_finds_few_neighbour
 
 
 def test_merging_candidate_lists_matches_a_sort():
-    from streamclust.graph.cells import insert_rows
+    from streamclust.graph.lists import insert_rows
     rng = np.random.default_rng(0)
     n, k = 50, 6
     ids = np.full((n, k), -1, np.int64)

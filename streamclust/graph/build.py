@@ -24,11 +24,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .cells import (assign, assigned_pairs, bucket, coarse_centres, count_pairs, insert_rows,
-                    n_cells, probe_pairs, probe_ratio, reverse_edges)
 from ..base.atomic import atomic_save_npy
-from .tasks import (assign_path, build_cell, centres_path, read_result, reference_path,
-                    search_cell)
+from .cellbuild import build_cell
+from .cells import (assign, assigned_pairs, bucket, coarse_centres, count_pairs, n_cells,
+                    probe_pairs, probe_ratio)
+from .files import assign_path, centres_path, read_result, reference_path
+from .lists import insert_rows, reverse_edges
+from .searches import search_cell
 
 log = logging.getLogger("streamclust")
 

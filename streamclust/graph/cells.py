@@ -14,10 +14,12 @@ the assignment), so nothing here holds more than a batch and the C × C centre d
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 from numba import njit
+
+from .files import bound_path
+from .lists import keep_smallest
 
 
 def n_cells(n: int, cell_rows: int, threads: int, min_cell_rows: int) -> int:
@@ -120,11 +122,6 @@ def assign(X, start: int, stop: int, centres, out, batch_size: int) -> np.ndarra
         out[s:e] = own
         counts += np.bincount(own, minlength=len(centres))
     return counts
-
-
-def bound_path(path: str) -> str:
-    """The file beside a bucket file holding a value per entry (see :func:`bucket`)."""
-    return path[:-len(".npy")] + ".bound.npy"
 
 
 def bucket(path: str, counts: np.ndarray, pairs) -> np.ndarray:
@@ -262,77 +259,8 @@ def _probes(XG, cents, rows_in, cells):
             cells[i, t] = -1
 
 
-@njit(cache=True, nogil=True)
-def keep_smallest(vals, idx, n, v, j):
-    """``v`` (with its id ``j``) into the ascending ``vals`` / ``idx``, which hold ``n`` entries
-    and at most their length; returns the new count (``v`` is dropped when they are full and it
-    is not smaller than the last)."""
-    size = vals.shape[0]
-    if n == size:
-        if not v < vals[size - 1]:
-            return n
-        t = size - 1
-    else:
-        t = n
-        n += 1
-    while t > 0 and vals[t - 1] > v:
-        vals[t], idx[t] = vals[t - 1], idx[t - 1]
-        t -= 1
-    vals[t], idx[t] = v, j
-    return n
-
-
 def count_pairs(pairs, n_cells_: int) -> np.ndarray:
     counts = np.zeros(n_cells_, np.int64)
     for _, cells, *_ in pairs():
         counts += np.bincount(cells, minlength=n_cells_)
     return counts
-
-
-@njit(cache=True, nogil=True)
-def _insert(ids, d2, r, c, d):
-    """Candidate ``c`` at squared distance ``d`` into row ``r``'s ascending list (kept when
-    nearer than the last; an id already listed is skipped; earlier entries win ties)."""
-    kk = ids.shape[1]
-    if c < 0 or not d < d2[r, kk - 1]:
-        return
-    for t in range(kk):
-        if ids[r, t] == c:
-            return
-    t = kk - 1
-    while t > 0 and d2[r, t - 1] > d:
-        ids[r, t] = ids[r, t - 1]
-        d2[r, t] = d2[r, t - 1]
-        t -= 1
-    ids[r, t] = c
-    d2[r, t] = d
-
-
-@njit(cache=True, nogil=True)
-def insert_rows(lists, rows, cand):
-    """Merge candidate lists ``cand = (ids, d2)`` (m × kc) into ``lists = (ids, d2)`` at
-    ``rows`` (m), in order."""
-    ids, d2 = lists
-    c_ids, c_d2 = cand
-    for i in range(rows.shape[0]):
-        for j in range(c_ids.shape[1]):
-            _insert(ids, d2, rows[i], c_ids[i, j], c_d2[i, j])
-
-
-@njit(cache=True, nogil=True)
-def reverse_edges(lists, new, first_new, n_old):
-    """For each new row ``y = first_new + i`` and each old row ``x < n_old`` in its list ``new =
-    (ids, d2)``: ``y`` becomes a neighbour of ``x`` when nearer than ``x``'s k-th."""
-    ids, d2 = lists
-    n_ids, n_d2 = new
-    for i in range(n_ids.shape[0]):
-        for j in range(n_ids.shape[1]):
-            x = n_ids[i, j]
-            if 0 <= x < n_old:
-                _insert(ids, d2, x, first_new + i, n_d2[i, j])
-
-
-def remove_scratch(directory: str, prefix: str) -> None:
-    for name in os.listdir(directory):
-        if name.startswith(prefix):
-            os.remove(os.path.join(directory, name))

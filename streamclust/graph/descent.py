@@ -1,8 +1,8 @@
-"""The kNN graph of one cell by NN-descent, and searches in it.
+"""The kNN graph of one cell by NN-descent.
 
 NN-descent (Dong, Moses & Li, WWW 2011; the sampled, flagged form of pynndescent): every row
 starts with the nearest of the rows that share its leaf in a few random-projection trees
-(``forest_init``; then random rows where that leaves a list short); each iteration a row's new
+(:func:`.trees.forest_init`; then random rows where that leaves a list short); each iteration a row's new
 and old neighbours, forward and reverse, are sampled into candidate lists and every new
 candidate is compared with every other candidate of the same row ("a neighbour of a neighbour
 is likely a neighbour").  It stops when an iteration changes fewer than ``delta · k · m`` list
@@ -208,76 +208,3 @@ def join_new(X, lists, first, found, graph, params):
                 _join(X, ids, d2, flags, p, rev[b])
             for e in range(indptr[c], min(indptr[c + 1], indptr[c] + near)):
                 _join(X, ids, d2, flags, p, indices[e])
-
-
-@njit(cache=True, nogil=True, fastmath=True)
-def _dot(v, X, r):
-    s = np.float32(0.0)
-    for j in range(X.shape[1]):
-        s += v[j] * X[r, j]
-    return s
-
-
-@njit(cache=True, nogil=True)
-def rp_leaves(X, leaf, seed):
-    """The leaves of a random-projection tree over the rows ``X``: ``(order, starts)``, leaf i
-    being ``order[starts[i]:starts[i + 1]]``, left to right.  A node splits at the hyperplane
-    halfway between two of its rows drawn at random (a split leaving less than a twentieth on
-    one side: a random halving instead) until it holds at most ``leaf`` rows."""
-    np.random.seed(seed)
-    m, d = X.shape
-    order = np.arange(m).astype(np.int64)
-    starts = np.empty(m + 1, np.int64)
-    stack = np.empty((m // max(leaf, 1) + 64, 2), np.int64)  # DFS: at most a frame per leaf
-    side = np.empty(m, np.float32)
-    normal = np.empty(d, np.float32)
-    ns, top = 0, 1
-    stack[0, 0], stack[0, 1] = 0, m
-    while top > 0:
-        top -= 1
-        lo, hi = stack[top, 0], stack[top, 1]
-        if hi - lo <= leaf:
-            starts[ns] = lo
-            ns += 1
-            continue
-        a = order[lo + np.random.randint(0, hi - lo)]
-        b = order[lo + np.random.randint(0, hi - lo)]
-        off = np.float32(0.0)
-        for j in range(d):
-            normal[j] = X[a, j] - X[b, j]
-            off += normal[j] * np.float32(0.5) * (X[a, j] + X[b, j])
-        for t in range(lo, hi):
-            side[t] = _dot(normal, X, order[t]) - off
-        i, j = lo, hi - 1
-        while i <= j:  # rows with side > 0 first
-            if side[i] > 0:
-                i += 1
-            else:
-                side[i], side[j] = side[j], side[i]
-                order[i], order[j] = order[j], order[i]
-                j -= 1
-        if min(i - lo, hi - i) < max(1, (hi - lo) // 20):
-            for t in range(hi - 1, lo, -1):
-                u = lo + np.random.randint(0, t - lo + 1)
-                order[t], order[u] = order[u], order[t]
-            i = (lo + hi) // 2
-        stack[top, 0], stack[top, 1] = i, hi  # the left half is taken first
-        stack[top + 1, 0], stack[top + 1, 1] = lo, i
-        top += 2
-    starts[ns] = m
-    return order, starts[:ns + 1]
-
-
-@njit(cache=True, nogil=True)
-def forest_init(X, lists, params):
-    """Rows' lists from ``params = (trees, leaf, seed)`` random-projection trees: every pair of
-    rows sharing a leaf is compared (pynndescent's initialisation; random lists instead cost
-    NN-descent three more iterations, the costliest: a 97 000-row cell 8.2 -> 5.0 s)."""
-    ids, d2, flags = lists
-    trees, leaf, seed = params
-    for t in range(trees):
-        order, starts = rp_leaves(X, leaf, seed + t)
-        for i in range(starts.shape[0] - 1):
-            for a in range(starts[i], starts[i + 1]):
-                for b in range(a + 1, starts[i + 1]):
-                    _join(X, ids, d2, flags, order[a], order[b])

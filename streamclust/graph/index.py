@@ -9,8 +9,9 @@ from collections import OrderedDict
 import numpy as np
 
 from ..base.threads import n_threads
-from .cells import insert_rows, nearest_centres, probe_pairs
-from .tasks import load_cell, search
+from .cells import nearest_centres, probe_pairs
+from .hnsw import load_cell, search
+from .lists import insert_rows
 
 
 class KNNIndex:

@@ -38,9 +38,9 @@ from ..errors import DataError, ParameterError
 from ..base.memory import budget, cell_row_bytes, check_batches, mib, worker_budgets, workers_of
 from ..base.threads import limit_blas, n_threads
 from .build import extend_build, full_build
-from .cells import remove_scratch
 from .index import KNNIndex
-from .tasks import cell_path, hnsw_cell, reference_path
+from .files import cell_path, reference_path, remove_scratch
+from .hnsw import hnsw_cell
 from ..data.sources import open_data
 from ..data.transforms import row_transform
 

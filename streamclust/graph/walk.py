@@ -1,6 +1,6 @@
 """Searches in one cell's graph: a best-first walk over its lists from entry rows near the
 boundary the query comes from (:class:`CellSearch`).  Used by the build's tasks
-(:mod:`.tasks`): a row searched in another cell, a new row placed in a built cell, a row
+(:mod:`.cellbuild`, :mod:`.searches`): a row searched in another cell, a new row placed in a built cell, a row
 outside the reference sample searched in its own cell.
 
 ``beam_search`` (numba) finds the ``kq`` nearest cell rows of query rows by a best-first walk
@@ -11,12 +11,14 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .cells import keep_smallest, nearest_centres
-from .descent import rp_leaves
+from .cells import nearest_centres
+from .lists import keep_smallest
+
 
 #: how far (in squared distance, times the k-th so far) a probe's walk may go: it starts at
 #: rows near the boundary, which may lie farther than the neighbours it looks for
 WALK = 2.0
+
 
 #: the walks over rows wider than twice this first measure a row in ``BOUND_DIMS`` principal
 #: directions of the cell (a lower bound of its distance) when those hold most of the distances
@@ -136,6 +138,7 @@ def _global(rows, ids, d2, query_rows, kq):
 
 
 # kernels of the walk: no I/O, no Python objects, without the GIL (tasks run in threads)
+
 
 @njit(cache=True, nogil=True, fastmath=True)
 def _d2q(q, X, b):
@@ -303,40 +306,3 @@ def _smallest(D, out):
             f = keep_smallest(best, out[i], f, D[i, j], j)
         for t in range(f, s):
             out[i, t] = out[i, 0]
-
-
-def tree_starts(X, first, params):
-    """Where the walks of rows ``first..m-1`` of ``X`` (rows joining a built cell of ``first``
-    rows) start: per joining row, the ``s`` nearest built rows among those sharing its leaf in
-    each of ``trees`` random-projection trees over all rows; ``params = (trees, leaf, s,
-    seed)``.  (m - first) × (trees · s) local ids, a random built row where a leaf holds too
-    few.  A 97 000-row cell joined by 9 758 rows: the walk (ef 24) finds 0.984 of the 10
-    nearest from these starts, 0.920 from the nearest of 1 024 random rows."""
-    trees, leaf, s, seed = params
-    out = np.full((len(X) - first, trees * s), -1, np.int32)
-    for t in range(trees):
-        order, bounds = rp_leaves(X, leaf, seed + t)
-        _leaf_nearest(X, first, (order, bounds), out[:, t * s:(t + 1) * s])
-    short = out < 0
-    out[short] = np.random.default_rng(seed).integers(0, first, int(short.sum()))
-    return out
-
-
-@njit(cache=True, nogil=True)
-def _leaf_nearest(X, first, leaves, out):
-    """Per row ``r >= first`` of a leaf, its nearest rows ``< first`` of the same leaf into
-    ``out[r - first]`` (ascending; -1 where the leaf holds fewer)."""
-    order, bounds = leaves
-    s = out.shape[1]
-    bd = np.empty(s, np.float32)
-    for i in range(bounds.shape[0] - 1):
-        for a in range(bounds[i], bounds[i + 1]):
-            r = order[a]
-            if r < first:
-                continue
-            o = out[r - first]
-            f = 0
-            for b in range(bounds[i], bounds[i + 1]):
-                u = order[b]
-                if u < first:
-                    f = keep_smallest(bd, o, f, _d2q(X[r], X, u), u)

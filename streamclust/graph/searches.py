@@ -1,0 +1,63 @@
+"""The search of a cell by the rows of other cells whose halfway-hyperplane test says it may hold
+nearer rows (a task, a plain function of files): each searched row walks the cell's graph
+(:class:`~.walk.CellSearch`) and its ``kq`` nearest are written to the ``probe`` result files,
+a batch at a time."""
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+
+from ..base.atomic import atomic_path
+from .files import (HEADER_LOCK, assign_path, bucket_rows, centres_path, load_graph, open_rows,
+                    result_paths)
+from .walk import CellSearch
+
+log = logging.getLogger("streamclust")
+
+
+def _search_rows(query, X, rows, kq, batch_size, paths, bound=None):
+    """The rows searched by ``query(Q, rows, kq)``, the answers written batch by batch to the
+    result files ``paths`` (ids, squared distances; temporary names, then renamed): a cell
+    searched by many rows, as with reference rows, never holds all their answers in memory."""
+    with atomic_path(paths[0], suffix=".tmp.npy") as t_ids, \
+            atomic_path(paths[1], suffix=".tmp.npy") as t_d2:
+        ids = np.lib.format.open_memmap(t_ids, "w+", np.int64, (len(rows), kq))
+        d2 = np.lib.format.open_memmap(t_d2, "w+", np.float32, (len(rows), kq))
+        for s in range(0, len(rows), batch_size):
+            r = rows[s:s + batch_size]
+            b = None if bound is None else bound[s:s + batch_size]
+            ids[s:s + len(r)], d2[s:s + len(r)] = query(X[r], r, kq, b)
+        ids.flush()
+        d2.flush()
+        del ids, d2
+
+
+#: rows searched in a cell at a time (a 65 536-row batch held ~70 MB of answers and temporaries
+#: per task; two tasks at once, beside the cells being searched)
+SEARCH_BATCH = 16384
+
+
+def search_cell(source, directory, c, lists, settings, batch_size, kq, progress=None):
+    """Task: rows of other cells (``lists``) searched in cell ``c``'s saved graph; writes the
+    ``probe`` result files; returns the rows."""
+    t0 = time.perf_counter()
+    X, (rows, bound) = open_rows(source), bucket_rows(lists, bound=True)
+    cell = load_graph(directory, c)
+    with HEADER_LOCK:
+        centres = np.load(centres_path(directory), allow_pickle=False)
+        assigned = np.load(assign_path(directory), mmap_mode="r")
+    s = CellSearch(np.ascontiguousarray(X[cell[0]], dtype=np.float32), cell, settings, c, centres)
+
+    def query(Q, r, k, b):
+        return s.query(Q, r, k, b, src=np.asarray(assigned[r]))
+    # queries a batch at a time: their answers and the walk's temporaries are ~1 KB a query
+    t1 = time.perf_counter()
+    _search_rows(query, X, rows, kq, min(batch_size, SEARCH_BATCH),
+                 result_paths(directory, "probe", c), bound)
+    log.debug("kNN cell %d searched by %d rows: cell read in %.2f s, searches %.2f s", c,
+              len(rows), t1 - t0, time.perf_counter() - t1)
+    if progress:
+        progress(len(rows))
+    return len(rows)

@@ -1,0 +1,138 @@
+"""Random-projection trees over a cell's rows: the leaves (``rp_leaves``), and what the build
+takes from them: a locality order of the rows, NN-descent's starting lists (every pair sharing a
+leaf of a few trees, ``forest_init``), and where the walks of rows joining a built cell start
+(``tree_starts``)."""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .descent import _join
+from .lists import keep_smallest
+from .walk import _d2q
+
+
+def locality_order(Xc, seed, leaf: int = 256):
+    """An order of the rows ``Xc`` in which near rows are near in memory: the leaves of a
+    random-projection tree, left to right.  NN-descent and the walks then find more of the rows
+    they read in the cache (a 97 000-row cell, random starting lists, median splits: NN-descent
+    7.8 -> 6.2 s, the same recall)."""
+    if len(Xc) <= leaf:
+        return np.arange(len(Xc))
+    return rp_leaves(Xc, leaf, int(np.random.default_rng(seed + [0x6f7264]).integers(2 ** 31)))[0]
+
+
+def forest(m: int, k: int, seed: int):
+    """``(trees, leaf, seed)`` of the trees that start NN-descent on ``m`` rows with lists of
+    ``k``: pynndescent's choice, 2 log10 m trees (3 to 12) of leaves of 5k rows (60 to 256)."""
+    return (max(3, min(12, round(2 * np.log10(max(m, 2))))), max(60, min(256, 5 * k)), seed)
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _dot(v, X, r):
+    s = np.float32(0.0)
+    for j in range(X.shape[1]):
+        s += v[j] * X[r, j]
+    return s
+
+
+@njit(cache=True, nogil=True)
+def rp_leaves(X, leaf, seed):
+    """The leaves of a random-projection tree over the rows ``X``: ``(order, starts)``, leaf i
+    being ``order[starts[i]:starts[i + 1]]``, left to right.  A node splits at the hyperplane
+    halfway between two of its rows drawn at random (a split leaving less than a twentieth on
+    one side: a random halving instead) until it holds at most ``leaf`` rows."""
+    np.random.seed(seed)
+    m, d = X.shape
+    order = np.arange(m).astype(np.int64)
+    starts = np.empty(m + 1, np.int64)
+    stack = np.empty((m // max(leaf, 1) + 64, 2), np.int64)  # DFS: at most a frame per leaf
+    side = np.empty(m, np.float32)
+    normal = np.empty(d, np.float32)
+    ns, top = 0, 1
+    stack[0, 0], stack[0, 1] = 0, m
+    while top > 0:
+        top -= 1
+        lo, hi = stack[top, 0], stack[top, 1]
+        if hi - lo <= leaf:
+            starts[ns] = lo
+            ns += 1
+            continue
+        a = order[lo + np.random.randint(0, hi - lo)]
+        b = order[lo + np.random.randint(0, hi - lo)]
+        off = np.float32(0.0)
+        for j in range(d):
+            normal[j] = X[a, j] - X[b, j]
+            off += normal[j] * np.float32(0.5) * (X[a, j] + X[b, j])
+        for t in range(lo, hi):
+            side[t] = _dot(normal, X, order[t]) - off
+        i, j = lo, hi - 1
+        while i <= j:  # rows with side > 0 first
+            if side[i] > 0:
+                i += 1
+            else:
+                side[i], side[j] = side[j], side[i]
+                order[i], order[j] = order[j], order[i]
+                j -= 1
+        if min(i - lo, hi - i) < max(1, (hi - lo) // 20):
+            for t in range(hi - 1, lo, -1):
+                u = lo + np.random.randint(0, t - lo + 1)
+                order[t], order[u] = order[u], order[t]
+            i = (lo + hi) // 2
+        stack[top, 0], stack[top, 1] = i, hi  # the left half is taken first
+        stack[top + 1, 0], stack[top + 1, 1] = lo, i
+        top += 2
+    starts[ns] = m
+    return order, starts[:ns + 1]
+
+
+@njit(cache=True, nogil=True)
+def forest_init(X, lists, params):
+    """Rows' lists from ``params = (trees, leaf, seed)`` random-projection trees: every pair of
+    rows sharing a leaf is compared (pynndescent's initialisation; random lists instead cost
+    NN-descent three more iterations, the costliest: a 97 000-row cell 8.2 -> 5.0 s)."""
+    ids, d2, flags = lists
+    trees, leaf, seed = params
+    for t in range(trees):
+        order, starts = rp_leaves(X, leaf, seed + t)
+        for i in range(starts.shape[0] - 1):
+            for a in range(starts[i], starts[i + 1]):
+                for b in range(a + 1, starts[i + 1]):
+                    _join(X, ids, d2, flags, order[a], order[b])
+
+
+def tree_starts(X, first, params):
+    """Where the walks of rows ``first..m-1`` of ``X`` (rows joining a built cell of ``first``
+    rows) start: per joining row, the ``s`` nearest built rows among those sharing its leaf in
+    each of ``trees`` random-projection trees over all rows; ``params = (trees, leaf, s,
+    seed)``.  (m - first) × (trees · s) local ids, a random built row where a leaf holds too
+    few.  A 97 000-row cell joined by 9 758 rows: the walk (ef 24) finds 0.984 of the 10
+    nearest from these starts, 0.920 from the nearest of 1 024 random rows."""
+    trees, leaf, s, seed = params
+    out = np.full((len(X) - first, trees * s), -1, np.int32)
+    for t in range(trees):
+        order, bounds = rp_leaves(X, leaf, seed + t)
+        _leaf_nearest(X, first, (order, bounds), out[:, t * s:(t + 1) * s])
+    short = out < 0
+    out[short] = np.random.default_rng(seed).integers(0, first, int(short.sum()))
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _leaf_nearest(X, first, leaves, out):
+    """Per row ``r >= first`` of a leaf, its nearest rows ``< first`` of the same leaf into
+    ``out[r - first]`` (ascending; -1 where the leaf holds fewer)."""
+    order, bounds = leaves
+    s = out.shape[1]
+    bd = np.empty(s, np.float32)
+    for i in range(bounds.shape[0] - 1):
+        for a in range(bounds[i], bounds[i + 1]):
+            r = order[a]
+            if r < first:
+                continue
+            o = out[r - first]
+            f = 0
+            for b in range(bounds[i], bounds[i + 1]):
+                u = order[b]
+                if u < first:
+                    f = keep_smallest(bd, o, f, _d2q(X[r], X, u), u)
