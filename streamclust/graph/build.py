@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import dataclass
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -33,6 +34,27 @@ from .lists import insert_rows, reverse_edges
 from .searches import search_cell
 
 log = logging.getLogger("streamclust")
+
+
+@dataclass
+class BuildState:
+    """What the steps of one graph build share: the cache's rows (``X``, ``n``; ``source`` =
+    (path, rows, features), how a task opens them), the graph's ``directory`` and ``settings``,
+    the ``executor`` and its thread count ``nt``, ``batch_size``, ``progress``; the cells'
+    ``centres`` once made, and ``probed``, the rows searched in other cells."""
+
+    X: object
+    n: int
+    directory: str
+    settings: dict
+    source: tuple
+    executor: object
+    nt: int
+    batch_size: int
+    progress: object = None
+    max_probes: int = 4
+    centres: object = None
+    probed: int = 0
 
 
 def _run(executor, nt, fn, items, sizes, progress):
@@ -88,30 +110,30 @@ def _centres(X, n, settings, nt, assigned, batch_size, indexed=0):
         centres = np.concatenate(parts)
 
 
-def _search_cells(ctx, lists_out, first, assigned, start, stop, kq):
+def _search_cells(st, lists_out, first, assigned, start, stop, kq):
     """Plan and run the searches of rows ``[start, stop)`` in other cells, merging the answers
     into ``lists_out`` (rows offset by ``first``) in cell order."""
-    X, d, centres, bs = ctx["X"], ctx["directory"], ctx["centres"], ctx["batch_size"]
+    X, d, centres, bs = st.X, st.directory, st.centres, st.batch_size
     ids, d2 = lists_out
     # the boundaries a row is searched across lie within its k-th neighbour's distance so far
     # (an extension keeps 2k answers for the reverse edges; the test is the full build's)
-    kr = min(kq, ctx["settings"]["degree"], ctx["settings"]["k"])
+    kr = min(kq, st.settings["degree"], st.settings["k"])
     radius = lambda s, e: np.sqrt(d2[s - first:e - first, kr - 1])  # noqa: E731
-    rng = np.random.default_rng([ctx["settings"]["seed"], start, 0x726174])
+    rng = np.random.default_rng([st.settings["seed"], start, 0x726174])
     sample = np.sort(rng.choice(np.arange(start, stop), min(stop - start, 2000), replace=False))
     own = (np.asarray(ids[sample - first, :kr]), np.asarray(d2[sample - first, :kr]))
     ratio = probe_ratio(X, own, sample, np.asarray(assigned[sample]), centres)
-    pairs = probe_pairs(X, assigned, radius, start, stop, centres, bs, ctx["max_probes"], ratio)
+    pairs = probe_pairs(X, assigned, radius, start, stop, centres, bs, st.max_probes, ratio)
     atomic_save_npy(centres_path(d), centres)
     assigned.flush()  # the searches' tasks read each row's own cell from it
     counts = count_pairs(pairs, len(centres))
     path = os.path.join(d, "scratch_probes.npy")
     offsets = bucket(path, counts, pairs)
     cells = [int(c) for c in np.argsort(-counts, kind="stable") if counts[c]]  # largest first
-    items = [(ctx["source"], d, c, (path, int(offsets[c]), int(offsets[c + 1])), ctx["settings"],
+    items = [(st.source, d, c, (path, int(offsets[c]), int(offsets[c + 1])), st.settings,
               bs, kq) for c in cells]
     t0 = time.perf_counter()
-    _run(ctx["executor"], ctx["nt"], search_cell, items, [int(counts[c]) for c in cells], None)
+    _run(st.executor, st.nt, search_cell, items, [int(counts[c]) for c in cells], None)
     t1 = time.perf_counter()
     probes = np.load(path, mmap_mode="r")
     target = (np.asarray(ids), np.asarray(d2))
@@ -123,22 +145,22 @@ def _search_cells(ctx, lists_out, first, assigned, start, stop, kq):
                         (np.asarray(res[0][lo:hi]), np.asarray(res[1][lo:hi])))
     log.debug("kNN probes: boundaries within %.2f r, searched in %.1f s, merged in %.1f s", ratio,
               t1 - t0, time.perf_counter() - t1)
-    if ctx["progress"]:
-        ctx["progress"](stop - start)
+    if st.progress:
+        st.progress(stop - start)
     return int(counts.sum())
 
 
-def _own_cells(ctx, lists_out, first, assigned, start, stop, counts, kq, extend):
+def _own_cells(st, lists_out, first, assigned, start, stop, counts, kq, extend):
     """Build (or extend) the cells with rows in ``[start, stop)`` and put each row's answers
     from its own cell into ``lists_out`` (rows offset by ``first``)."""
-    d, bs = ctx["directory"], ctx["batch_size"]
+    d, bs = st.directory, st.batch_size
     path = os.path.join(d, "scratch_cells.npy")
     offsets = bucket(path, counts, assigned_pairs(assigned, start, stop, bs))
     cells = [int(c) for c in np.argsort(-counts, kind="stable") if counts[c]]  # largest first
-    items = [(ctx["source"], d, c, (path, int(offsets[c]), int(offsets[c + 1])), ctx["settings"],
+    items = [(st.source, d, c, (path, int(offsets[c]), int(offsets[c + 1])), st.settings,
               bs, kq, extend) for c in cells]
-    _run(ctx["executor"], ctx["nt"], build_cell, items, [int(counts[c]) for c in cells],
-         ctx["progress"])
+    _run(st.executor, st.nt, build_cell, items, [int(counts[c]) for c in cells],
+         st.progress)
     ids, d2 = lists_out
     for c in cells:  # rows before ``first``: old rows of an extended cell (see extend_build)
         r_ids, r_d2, r_rows = read_result(d, "own", c)
@@ -154,47 +176,47 @@ def _chunks(start, stop, size):
         yield a, min(int(stop), a + size)
 
 
-def full_build(ctx, out):
+def full_build(st, out):
     """The graph of all rows into the ``out`` (ids, squared distances) files; returns the
     centres and the rows per cell."""
-    X, n, k, d = ctx["X"], ctx["n"], ctx["settings"]["k"], ctx["directory"]
+    X, n, k, d = st.X, st.n, st.settings["k"], st.directory
     assigned = np.lib.format.open_memmap(assign_path(d), "w+", np.int32, (n,))
     t = time.perf_counter()
-    m = ctx["settings"].get("reference_rows", 0)
+    m = st.settings.get("reference_rows", 0)
     if m:  # a uniform sample of m rows is indexed, every row searched among them
-        ref = np.sort(np.random.default_rng([ctx["settings"]["seed"], 0x726566]).choice(n, m, replace=False))
+        ref = np.sort(np.random.default_rng([st.settings["seed"], 0x726566]).choice(n, m, replace=False))
         atomic_save_npy(reference_path(d), ref)
-    centres, counts = _centres(X, n, ctx["settings"], ctx["nt"], assigned, ctx["batch_size"], m)
-    ctx["centres"] = centres
+    centres, counts = _centres(X, n, st.settings, st.nt, assigned, st.batch_size, m)
+    st.centres = centres
     lists = _lists(*out, (n, k))
     t1 = time.perf_counter()
-    _own_cells(ctx, lists, 0, assigned, 0, n, counts, k, False)
+    _own_cells(st, lists, 0, assigned, 0, n, counts, k, False)
     t2 = time.perf_counter()
-    ctx["probed"] = _search_cells(ctx, lists, 0, assigned, 0, n, k)
+    st.probed = _search_cells(st, lists, 0, assigned, 0, n, k)
     _finish(lists)
     log.debug("kNN graph: %d cells (%d-%d rows) in %.1f s, built and searched in %.1f s, %d "
               "searches in other cells in %.1f s", len(counts), counts.min(), counts.max(), t1 - t,
-              t2 - t1, ctx["probed"], time.perf_counter() - t2)
+              t2 - t1, st.probed, time.perf_counter() - t2)
     return centres, counts
 
 
-def extend_build(ctx, out, old_graph, n_old, old_counts):
+def extend_build(st, out, old_graph, n_old, old_counts):
     """The graph of ``n_old`` rows (``old_graph``: ids, distances) extended by the rows after
     them; None when a cell would outgrow twice ``cell_rows`` and twice the largest cell (then a
     full build is due)."""
-    X, n, k, d, bs = ctx["X"], ctx["n"], ctx["settings"]["k"], ctx["directory"], ctx["batch_size"]
+    X, n, k, d, bs = st.X, st.n, st.settings["k"], st.directory, st.batch_size
     assigned = np.lib.format.open_memmap(assign_path(d), "w+", np.int32, (n,))
-    new_counts = assign(X, n_old, n, ctx["centres"], assigned, bs)
+    new_counts = assign(X, n_old, n, st.centres, assigned, bs)
     counts = np.asarray(old_counts, np.int64) + new_counts
-    if counts.max() > 2 * max(ctx["settings"]["cell_rows"], max(old_counts)):
+    if counts.max() > 2 * max(st.settings["cell_rows"], max(old_counts)):
         return None
     kq = 2 * k
     t0 = time.perf_counter()
     new = _lists(os.path.join(d, "scratch_new.ids.npy"), os.path.join(d, "scratch_new.d2.npy"),
                  (n - n_old, kq))
-    grown = _own_cells(ctx, new, n_old, assigned, n_old, n, new_counts, kq, True)
+    grown = _own_cells(st, new, n_old, assigned, n_old, n, new_counts, kq, True)
     t1 = time.perf_counter()
-    ctx["probed"] = _search_cells(ctx, new, n_old, assigned, n_old, n, kq)
+    st.probed = _search_cells(st, new, n_old, assigned, n_old, n, kq)
     t2 = time.perf_counter()
     # old rows copied as they are (distances, not squared: the merges below only compare, so
     # they take the new candidates' roots, and an old row no new row reaches keeps its bits)
@@ -209,7 +231,7 @@ def extend_build(ctx, out, old_graph, n_old, old_counts):
             old = rows < n_old
             insert_rows((np.asarray(ids), np.asarray(d2)), rows[old],
                         (np.asarray(r_ids[a:b])[old], _root(r_d2[a:b])[old]))
-    reference = ctx["settings"].get("reference_rows", 0)
+    reference = st.settings.get("reference_rows", 0)
     if not reference:  # with reference rows new rows are not indexed: old rows keep their lists
         reverse_edges((np.asarray(ids), np.asarray(d2)), (np.asarray(new[0]), _root(new[1])),
                       n_old, n_old)

@@ -37,7 +37,7 @@ from ..data.cache import FeatureCache
 from ..errors import DataError, ParameterError
 from ..base.memory import budget, cell_row_bytes, check_batches, mib, worker_budgets, workers_of
 from ..base.threads import limit_blas, n_threads
-from .build import extend_build, full_build
+from .build import BuildState, extend_build, full_build
 from .index import KNNIndex
 from .files import cell_path, reference_path, remove_scratch
 from .hnsw import hnsw_cell
@@ -258,22 +258,20 @@ def _build(cache, directory, settings, executor, batch_size, progress):
     if os.path.exists(meta_path):  # the old graph is invalid until the new one is complete
         os.remove(meta_path)
     out = [os.path.join(directory, f"graph_{name}.tmp.npy") for name in ("ids", "distances")]
-    ctx = {"X": cache.X, "n": n, "directory": directory, "settings": settings,
-           "source": (cache.X.filename, n, cache.n_features), "executor": executor,
-           "nt": settings["threads"], "batch_size": batch_size, "progress": progress,
-           "max_probes": settings["max_probes"]}
+    st = BuildState(cache.X, n, directory, settings, (cache.X.filename, n, cache.n_features),
+                    executor, settings["threads"], batch_size, progress, settings["max_probes"])
     counts = None
     if old:
-        ctx["centres"] = np.load(os.path.join(directory, "centres.npy"), allow_pickle=False)
+        st.centres = np.load(os.path.join(directory, "centres.npy"), allow_pickle=False)
         g = KNNGraph.load(directory)
-        counts = extend_build(ctx, out, (g.ids, g.distances), old["n_rows"], old["cells"])
+        counts = extend_build(st, out, (g.ids, g.distances), old["n_rows"], old["cells"])
         del g
     if counts is None:
         old = None
         for name in os.listdir(directory):  # a full build: cells of an earlier build are stale
             if name.startswith("cell_") or name == "reference.npy":
                 os.remove(os.path.join(directory, name))
-        centres, counts = full_build(ctx, out)
+        centres, counts = full_build(st, out)
         atomic_save_npy(os.path.join(directory, "centres.npy"), centres)
     remove_scratch(directory, "scratch_")
     for name in ("ids", "distances"):
@@ -282,7 +280,7 @@ def _build(cache, directory, settings, executor, batch_size, progress):
     meta = dict(settings, n_rows=n, cache=fingerprint,
                 rows_hash=new_hash if old else rows_hash(cache.X, n, batch_size),
                 source=os.path.abspath(cache.X.filename),
-                cells=[int(c) for c in counts], probes=ctx.get("probed", 0))
+                cells=[int(c) for c in counts], probes=st.probed)
     atomic_json(meta_path, meta)
     graph = KNNGraph.load(directory)
     graph.status = "appended" if old else "built"
