@@ -45,9 +45,6 @@ Choices where the slides are silent (measured on bcw, g50c, glass and the usps t
 * The rate decays with the draws, η₀ / (1 + t / ``lr_draws``) after t draws (10⁶): with a
   constant rate an epoch of 1M draws moved the weights so far that the averaged epochs held
   different clusterings (1M deformed digits, 20 epochs: NMI 0.57 averaged, 0.63-0.69 per epoch).
-  Rows wider than 256 stretch the decay by d / 256: f has d × H (or d × C) weights moved by steps
-  of η₀ / d, and at 784 wide the plain decay left it short (70 000 digits, hidden 50: purity
-  error 24.5 % against 14.7 % stretched, seed 1).
 * Above ``reference_rows`` (200 000) rows a row's neighbours are its nearest among a uniform
   sample of that many rows: the all-rows graph of near-copies falls apart into islands as N
   grows (NMI 0.60 at 1M against 0.70 with the sample; ``docs/algorithms/ncutemb.md``).
@@ -74,8 +71,6 @@ from . import kernels as kn
 from .update import Updates
 
 MODES = {"max": 1, "all": 2}
-#: rows wider than this stretch the rate's decay (``lr_draws``) in proportion to their width
-WIDE = 256
 BALANCES = {"hard": 0, "soft": 1, "capped": 2}
 
 
@@ -131,9 +126,8 @@ class NCutEmb(Updates, Algorithm):
                           "class instead of being skipped"),
         "learning_rate": Param(0.1, float, "η₀ relative to the row norm (step = η₀ / d)", POSITIVE),
         "lr_decay": Param(0.0, float, "learning rate η₀ / (1 + lr_decay · epoch)", NON_NEGATIVE),
-        "lr_draws": Param(1_000_000, int, "draws after which the learning rate has halved, for "
-                          "rows up to 256 wide (× d / 256 for wider rows): after t draws it is "
-                          "η₀ / (1 + t / lr_draws) (0: constant)", NON_NEGATIVE),
+        "lr_draws": Param(1_000_000, int, "draws after which the learning rate has halved: after "
+                          "t draws it is η₀ / (1 + t / lr_draws) (0: constant)", NON_NEGATIVE),
         "eta_pos": Param(1.0, float, "η⁺: weight of the neighbour step", POSITIVE),
         "eta_neg": Param(0.3, float, "η⁻: weight of the random-pair step (0: none)", NON_NEGATIVE),
         "l2": Param(0.0, float, "weight decay per row (× the step)", NON_NEGATIVE),
@@ -256,12 +250,6 @@ class NCutEmb(Updates, Algorithm):
         self._update_epoch, self._draws = -1, 0.0  # -1: not an update
         self.net_ = self._net
 
-    def _decay_draws(self, ctx) -> float:
-        """The draws after which the rate has halved: ``lr_draws`` for rows up to 256 wide, in
-        proportion to the width beyond (a wider f has more weights to fit with steps of η₀ / d:
-        70 000 × 784 digits, hidden 50, seed 1, purity error 24.5 % at 10⁶, 14.7 % at 3 × 10⁶)."""
-        return float(self.hyper["lr_draws"]) * max(1.0, ctx.n_features / WIDE)
-
     def run_epoch(self, ctx):
         if self.n_clusters == 1:
             return EpochReport(objective=0.0, rows=ctx.n_rows, converged=True,
@@ -274,7 +262,7 @@ class NCutEmb(Updates, Algorithm):
             return kn.Config(mode, BALANCES[h["balance"]], lr, h["eta_pos"], h["eta_neg"],
                              h["cap"] if h["balance"] == "capped" else h["xi"], h["rounds"],
                              self.seed, e, self.n_clusters, h["l2"], h["hinge"] == "cs",
-                             h["redirect"], float(draws), self._decay_draws(ctx), first, count)
+                             h["redirect"], float(draws), float(h["lr_draws"]), first, count)
         if self._update_epoch >= 0:  # an update (update.py)
             return self._update_step(ctx, cfg_of, _sgd_step, _combine)
         cfg = cfg_of()
@@ -299,7 +287,7 @@ class NCutEmb(Updates, Algorithm):
         self._epoch += 1
         steps = max(sums[1], 1.0)
         if h["lr_draws"]:  # the rate of the epoch's last draw
-            lr /= 1.0 + (e + 1.0) * ctx.n_rows / self._decay_draws(ctx)
+            lr /= 1.0 + (e + 1.0) * ctx.n_rows / h["lr_draws"]
         extras = {"loss": float(sums[0] / (2.0 * steps)), "learning_rate": lr,
                   "skipped": float(sums[2] / max(sums[1] + sums[2], 1.0)),
                   "pair_classes": [int(v) for v in chosen],

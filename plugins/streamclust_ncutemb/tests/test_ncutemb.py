@@ -155,18 +155,6 @@ def test_the_rate_of_a_draw_decays_with_the_draws_before_it():
     assert not all(np.allclose(a, b) for a, b in zip(decayed, one(0.05, 0.0, 0.0)))
 
 
-@pytest.mark.parametrize("d", [100, 256, 640])
-def test_rows_wider_than_256_stretch_the_decay_by_their_width(d):
-    """The rate reported after each epoch is η₀ / d / (1 + t / T) after t draws, with
-    T = lr_draws up to 256 features and lr_draws · d / 256 beyond (by hand)."""
-    X, _ = make_blobs(n=400, k=3, d=d, seed=2)
-    m = streamclust.fit(X, "ncutemb", 3, epochs=3, lr_draws=500, progress=False)
-    T = 500 * max(1.0, d / 256)
-    for e, rec in enumerate(m.history):
-        want = 0.1 / d / (1 + (e + 1) * 400 / T)
-        assert rec["learning_rate"] == pytest.approx(want, rel=1e-12)
-
-
 def test_bcw_reaches_the_slides_and_beats_kmeans():
     from sklearn.cluster import KMeans
     X, y = _load("bcw")
