@@ -158,20 +158,11 @@ class _DGMMBase(_CentroidTransform, _Base):
 
     def _online(self, X, first: bool):
         m = self.model_
-        Z = m._model_rows(X)  # the model's space (scaled, unit rows under cosine)
         _, R = m.predict(X, soft=True)  # posteriors under the current means and σ²
-        means = np.asarray(m.algorithm_.means_, np.float64)
-        Z = Z.astype(np.float64)
-        d2 = np.maximum((Z * Z).sum(1)[:, None] - 2 * Z @ means.T + (means * means).sum(1)[None], 0)
-        n, s, q = R.sum(0), R.T @ Z, float((R * d2).sum())
-        if first:
-            self._counts, self._sums, self._sq = n, s, q
-        else:
-            self._counts, self._sums, self._sq = self._counts + n, self._sums + s, self._sq + q
-            live = self._counts > 0
-            means[live] = self._sums[live] / self._counts[live, None]
-            sigma2 = max(self._sq / (Z.shape[1] * self._counts.sum()), 1e-12)
-            m.algorithm_.set_state({"means": means, "sigma2": sigma2})
+        # the step's arithmetic is the algorithm's (streamclust_dgmm.online)
+        stats = None if first else (self._counts, self._sums, self._sq)
+        self._counts, self._sums, self._sq = m.algorithm_.online_step(m._model_rows(X), R, stats)
+        if not first:
             self.n_iter_ += 1
         self.labels_ = m.predict(X).astype(np.intp)
         self._set_centres()

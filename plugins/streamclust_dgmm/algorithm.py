@@ -60,6 +60,7 @@ from streamclust.toolkit import (NON_NEGATIVE, ParameterError, afkmc2, afkmc2_st
 from .kernels import Accum, EStepConfig, GMMParams, estep, posterior
 from .index import start_from_index
 from .similarity import PairSums, dense_to_rows, pairs_to_rows, sim_rows, unpack_upper
+from .online import Online
 from .update import Updates
 
 DENSE_S_MAX = 2048
@@ -101,7 +102,7 @@ def estep_step(batch, state, params):
     return acc.sum_qy.sum(axis=0), acc.sum_q.sum(axis=0), acc.scal.sum(axis=0), S
 
 
-class DGMM(Updates, Algorithm):
+class DGMM(Online, Updates, Algorithm):
     """Isotropic GMM with truncated posteriors over H clusters per row, R new candidates per
     row and epoch drawn from the cluster-similarity matrix S."""
 

@@ -360,3 +360,22 @@ def test_starts_take_one_epoch():
     assert phases[0] == "starts" and set(phases[1:]) == {"full"} and one.info["converged"]
     assert one.history[1]["objective"] >= one.history[0]["objective"] - 1e-9 * abs(
         one.history[0]["objective"])
+
+
+def test_online_step_is_stepwise_em_by_hand():
+    """The first batch only starts the statistics; the next re-estimates the means as the
+    posterior-weighted means of both batches and σ² as their weighted squared distance / d."""
+    X, _ = make_blobs(n=600, k=3, d=4, seed=5)
+    m = streamclust.fit(X[:200], "dgmm", 3, progress=False)
+    a = m.algorithm_
+    fitted = np.array(a.means_, np.float64)
+    A, B = X[200:400].astype(np.float64), X[400:].astype(np.float64)
+    Ra = m.predict(A, soft=True)[1]
+    stats = a.online_step(A, Ra)
+    np.testing.assert_array_equal(a.means_, fitted)  # the model is untouched by the first
+    Rb = m.predict(B, soft=True)[1]
+    a.online_step(B, Rb, stats)
+    R, Z = np.vstack([Ra, Rb]), np.vstack([A, B])
+    np.testing.assert_allclose(a.means_, (R.T @ Z) / R.sum(0)[:, None], rtol=1e-10)
+    d2 = ((Z[:, None, :] - fitted[None]) ** 2).sum(2)  # both batches saw the fitted means
+    assert a.sigma2_ == pytest.approx((R * d2).sum() / (4 * R.sum()), rel=1e-10)
