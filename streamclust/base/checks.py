@@ -18,3 +18,14 @@ def in_range(low, high, *, low_open: bool = False, high_open: bool = False) -> t
         return (v > low if low_open else v >= low) and (v < high if high_open else v <= high)
     left, right = "(" if low_open else "[", ")" if high_open else "]"
     return (ok, f"must lie in {left}{low}, {high}{right}")
+
+
+def one_of(name: str, value, choices, default):
+    """``value`` if it is one of ``choices`` (None: ``default``), else a ParameterError naming
+    the option — for the engine's own options (``scale``, ``metric``, ``cache_dtype``)."""
+    if value is None:
+        return default
+    if value not in choices:
+        from ..errors import ParameterError
+        raise ParameterError(f"{name} must be one of {list(choices)}, got {value!r}")
+    return value

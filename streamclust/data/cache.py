@@ -19,6 +19,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from ..base.atomic import atomic_json
+from ..base.checks import one_of
 from .columns import COLUMNS_META, ColumnCollector
 from ..errors import DataError
 from ..base.interrupt import check as check_interrupt
@@ -33,12 +34,7 @@ DTYPES = {"float32": (np.float32, "features.f32"), "float16": (np.float16, "feat
 
 
 def check_cache_dtype(name) -> str:
-    if name is None:
-        return "float32"
-    if name not in DTYPES:
-        from ..errors import ParameterError
-        raise ParameterError(f"cache_dtype must be one of {list(DTYPES)}, got {name!r}")
-    return name
+    return one_of("cache_dtype", name, DTYPES, "float32")
 
 
 def open_cache_file(path: str, n: int, d: int, mode: str = "r") -> np.ndarray:

@@ -14,17 +14,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ModelError, ParameterError
+from ..base.checks import one_of
+from ..errors import ModelError
 
 SCALES = ("none", "standard", "minmax")
 
 
 def check_scale(name) -> str:
-    if name is None:
-        return "none"
-    if name not in SCALES:
-        raise ParameterError(f"scale must be one of {list(SCALES)}, got {name!r}")
-    return name
+    return one_of("scale", name, SCALES, "none")
 
 
 class ScaleStats:

@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..base.checks import one_of
+
 TRANSFORMS = ("", "l2")
 METRICS = ("euclidean", "cosine")
 
 
 def check_metric(name) -> str:
-    if name is None:
-        return "euclidean"
-    if name not in METRICS:
-        from ..errors import ParameterError
-        raise ParameterError(f"metric must be one of {list(METRICS)}, got {name!r}")
-    return name
+    return one_of("metric", name, METRICS, "euclidean")
 
 
 def row_transform(metric: str, required: str = "") -> str:
