@@ -163,7 +163,8 @@ def default_host() -> PluginHost:
     """The process's plugin host (what ``open_data`` asks for formats when given none): made
     again when the installed plugins (:func:`_installed_entry_points`) or the environment
     switches change."""
-    key = (id(_installed_entry_points()), os.environ.get("STREAMCLUST_NO_ENTRYPOINTS", ""),
+    _installed_entry_points()  # rescans when sys.path or its directories changed
+    key = (_SCAN["key"], os.environ.get("STREAMCLUST_NO_ENTRYPOINTS", ""),
            os.environ.get("STREAMCLUST_DISABLE", ""))
     if _DEFAULT.get("key") != key:
         _DEFAULT["host"], _DEFAULT["key"] = PluginHost(), key
