@@ -164,16 +164,21 @@ def main(ctx, verbose, log_level):
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @click.option("--scheduler", default=None, metavar="ADDRESS",
               help="Run the passes on a dask.distributed cluster (tcp://host:8786), or 'local' to "
-                   "start a LocalCluster; the --work-dir must be reachable by every worker.")
+                   "start a LocalCluster (see --worker-cache).")
 @click.option("--workers", type=click.IntRange(1, 10_000), default=None, help="Workers of --scheduler local (default 2).")
+@click.option("--worker-cache", type=click.Choice(["auto", "shared", "local"]), default="auto",
+              show_default=True,
+              help="Where --scheduler workers cache the rows: 'shared' the --work-dir (a shared "
+                   "filesystem), 'local' each its share on its own disk, read from DATA (object "
+                   "storage); 'auto': 'local' when a worker cannot open --work-dir.")
 @click.option("--resume", is_flag=True,
               help="Continue the run whose checkpoint is in --work-dir (written after every epoch).")
 @click.option("--out", "-o", required=True, help="Model directory to write.")
 @click.option("--overwrite", is_flag=True, help="Replace the model in an existing --out.")
 @_JSON
 def fit(data, algorithm, clusters, features, exclude, scale, metric, cache_dtype, sets, seed, batch_size, max_epochs,
-        work_dir, update, skip_invalid, quiet, scheduler, workers, resume, out, overwrite, as_json,
-        memory_limit):
+        work_dir, update, skip_invalid, quiet, scheduler, workers, worker_cache, resume, out,
+        overwrite, as_json, memory_limit):
     """Fit a clustering of DATA and save the model to --out.
 
     The feature cache (rows × features × 4 bytes) is written to --work-dir, or to a temporary
@@ -203,7 +208,7 @@ def fit(data, algorithm, clusters, features, exclude, scale, metric, cache_dtype
     params = _parse_set(sets)
     if quiet:
         _quiet_logging()
-    executor = _dask(scheduler, workers)
+    executor = _dask(scheduler, workers, worker_cache)
     try:
         model = _fit(data, algorithm, clusters, features=_split(features),
                      exclude=_split(exclude), scale=scale, metric=metric, seed=seed,
@@ -238,12 +243,12 @@ def fit(data, algorithm, clusters, features, exclude, scale, metric, cache_dtype
                f"{info['seconds']:.2f} s -> {path}")
 
 
-def _dask(scheduler, workers):
+def _dask(scheduler, workers, worker_cache="auto"):
     """The executor of ``--scheduler`` (None: local)."""
     if not scheduler:
         return None
     from .run.dask_executor import DaskExecutor
-    return DaskExecutor(scheduler=scheduler, n_workers=workers)
+    return DaskExecutor(scheduler=scheduler, n_workers=workers, worker_cache=worker_cache)
 
 
 def _update(data, work_dir, sets, max_epochs, quiet, scheduler, workers, resume, out, overwrite,

@@ -65,6 +65,10 @@ class FeatureCache:
         return self.X.shape[1]
 
     @property
+    def nbytes(self) -> int:
+        return int(self.X.nbytes)
+
+    @property
     def scaler(self):
         """The :class:`~streamclust.data.scaling.Scaler` applied to the cached rows, or None."""
         from .scaling import Scaler

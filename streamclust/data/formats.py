@@ -69,11 +69,15 @@ class ParquetSource(Source):
     def _parquet(self, f):
         return pq.ParquetFile(f if self._fs is None else self._fs.open_input_file(f))
 
-    def tail(self, first: int):
-        rest = super().tail(first)
-        if rest is not None:  # the row count from the footers read already
-            rest._meta = self._meta[first:]
-            rest.n_rows = int(sum(rest._meta))
+    @property
+    def file_rows(self) -> list[int]:
+        """The rows of each file (from the footers)."""
+        return list(self._meta)
+
+    def part(self, first: int, stop: int):
+        rest = super().part(first, stop)
+        rest._meta = self._meta[first:stop]  # the row count from the footers read already
+        rest.n_rows = int(sum(rest._meta))
         return rest
 
     def fingerprint(self):

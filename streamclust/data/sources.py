@@ -45,9 +45,13 @@ class Source:
         files = getattr(self, "files", None)
         if files is None or not 0 < first < len(files):
             return None
+        return self.part(first, len(files))
+
+    def part(self, first: int, stop: int) -> "Source":
+        """The same source reading only its files ``first .. stop`` (a source made of files)."""
         import copy
         rest = copy.copy(self)
-        rest.files, rest.n_rows = list(files[first:]), None
+        rest.files, rest.n_rows = list(self.files[first:stop]), None
         return rest
 
 

@@ -32,8 +32,8 @@ from ..base.interrupt import Terminated, check
 from ..base.threads import n_threads
 from ..data.cache import FeatureCache
 from ..errors import ParameterError, StreamclustError
-from .dask_tasks import (_MemmapRef, commit, pack, run_group, run_scan, run_task, shadow,
-                         split)
+from .dask_tasks import (_MemmapRef, commit, pack, pack_values, pass_items, run_group, run_scan,
+                         run_task, shadow, split)
 from .executor import average_states, merge_sum, spread
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,8 @@ class DaskExecutor:
     distributed = True
 
     def __init__(self, client=None, scheduler: str | None = None, n_workers: int | None = None,
-                 tasks_per_worker: int = 2, numba_threads: int | None = None, pass_tries: int = 4):
+                 tasks_per_worker: int = 2, numba_threads: int | None = None, pass_tries: int = 4,
+                 worker_cache: str = "auto"):
         try:
             import distributed
         except ImportError:
@@ -108,6 +109,10 @@ class DaskExecutor:
         else:
             self._owns_client = False
         self.client = client
+        from .shards import check_mode
+        self.worker_cache = check_mode(worker_cache)
+        #: the shared-nothing cache of the fit in progress (``streamclust.run.shards``), or None
+        self.worker_rows = None
         self.tasks_per_worker = int(tasks_per_worker)
         self.numba_threads = numba_threads
         self.pass_tries = int(pass_tries)
@@ -274,12 +279,14 @@ class DaskExecutor:
                             ", ".join(e.lost) or "?", type(e.error).__name__)
                 time.sleep(0.5 * (attempt + 1))
 
-    def _scatter(self, params, tries: int = 4):
+    def _scatter(self, params, tries: int = 4, values: bool = False):
         """Send ``params`` to one worker.  No task of the pass has run yet, so a worker lost under
         the scatter (killed between two passes: the connection closes under it) costs nothing but
-        another try on the workers left; only when every try fails is it :class:`WorkerLost`."""
+        another try on the workers left; only when every try fails is it :class:`WorkerLost`.
+        ``values``: memory-mapped arrays travel as their values (workers that cannot open the
+        client's files)."""
         import time
-        packed = pack(params)
+        packed = pack_values(params) if values else pack(params)
         for attempt in range(tries):
             try:
                 return self.client.scatter([packed], broadcast=False, hash=False)[0]
@@ -304,6 +311,10 @@ class DaskExecutor:
         mean).  With one worker thread this is the local pass exactly."""
         if not blocks:
             return carry, {"shares": 0, "rows": 0, "spread": 0.0}
+        if self.worker_rows is not None:
+            raise ParameterError("the ordered pass (ctx.scan) visits rows of every worker in each "
+                                 "share of its order, which a run without a shared work "
+                                 "directory does not do yet (docs/scale.md)")
         source = self._source(data)
         first = getattr(data, "start", 0)  # a RowRange's blocks are positions in it
         items = [(first + s, first + e) for s, e in blocks] if source is not None else \
@@ -330,15 +341,14 @@ class DaskExecutor:
 
     def aggregate(self, step: Callable, data, params, *, state=(), merge: Callable = merge_sum,
                   batch_size: int = 65536, progress: Callable[[int], None] | None = None):
+        if self.worker_rows is not None:  # a shared-nothing run (streamclust.run.shards)
+            from .shards import aggregate
+            return aggregate(self, step, data, params, state, merge, batch_size, progress)
         refs, arrays = self._state_refs(state)
         sync = self._other_hosts()
         source = self._source(data)
         first = getattr(data, "start", 0)  # a RowRange: rows first .. first + n_rows
-        if source is not None:
-            items = [(first + s, first + min(data.n_rows, s + batch_size))
-                     for s in range(0, data.n_rows, batch_size)]
-        else:  # in-memory data (a coreset, a sample): the batches themselves travel
-            items = list(data.iter_batches(batch_size))
+        items = pass_items(data, batch_size, source is not None)
         if not items:
             return None
         groups = split(items, self._n_tasks(len(items)))

@@ -62,6 +62,15 @@ def pack(obj, mode="r"):
     return _walk(obj, leaf)
 
 
+def pack_values(obj):
+    """Whole memory-mapped arrays (and row state) replaced by their values, for workers that
+    cannot open the client's files (a shared-nothing run)."""
+    def leaf(x):
+        x = x.array if isinstance(x, RowState) else x
+        return np.array(x) if isinstance(x, np.memmap) else x
+    return _walk(obj, leaf)
+
+
 def _unpack(obj):
     return _walk(obj, lambda x: x.open() if isinstance(x, _MemmapRef) else x)
 
@@ -105,6 +114,17 @@ def _flush(arrays):
     for a in arrays:
         if isinstance(a, np.memmap):
             a.flush()
+
+
+def pass_items(data, batch_size: int, ranges: bool) -> list:
+    """A pass's batches: ``(start, stop)`` row ranges of a cache when ``ranges`` (of the whole
+    cache under a ``RowRange``), else the batches of in-memory data (a coreset, a sample)
+    themselves, which travel."""
+    if not ranges:
+        return list(data.iter_batches(batch_size))
+    first = getattr(data, "start", 0)  # a RowRange: rows first .. first + n_rows
+    return [(first + s, first + min(data.n_rows, s + batch_size))
+            for s in range(0, data.n_rows, batch_size)]
 
 
 def split(items: list, n: int) -> list:

@@ -27,6 +27,7 @@ from ..data.scaling import check_scale
 from ..data.transforms import check_metric, row_transform
 from ..data.cache import check_cache_dtype
 from ..data.sources import open_data
+from .shards import worker_cache
 
 log = logging.getLogger(__name__)
 
@@ -125,14 +126,18 @@ def _prepare(algo, req, d, work_dir, executor, opts) -> _State:
         raise ParameterError(f"algorithm '{algo.name}' reads the cached rows at random in its "
                              f"kernels and needs cache_dtype='float32' (got {cache_dtype!r})")
     t0 = time.perf_counter()
+    transform = row_transform(opts["metric"], req.transform)
     with _bar(show, total=d.n_rows, unit="rows", desc="reading", leave=False) as bar:
-        cache = FeatureCache.build(d, work_dir, opts["batch_size"], progress=bar.update,
-                                   columns=req.columns, transform=row_transform(opts["metric"], req.transform),
-                                   scale=opts["scale"], dtype=cache_dtype,
-                                   keep_scaling=opts.get("keep_scaling", False))
+        cache = worker_cache(algo, req, d, work_dir, executor, dict(opts, transform=transform),
+                             bar.update)  # None: the workers share the work directory
+        if cache is None:
+            cache = FeatureCache.build(d, work_dir, opts["batch_size"], progress=bar.update,
+                                       columns=req.columns, transform=transform,
+                                       scale=opts["scale"], dtype=cache_dtype,
+                                       keep_scaling=opts.get("keep_scaling", False))
     log.info("feature cache: %d rows × %d features (%.1f MB) in %s, %.2f s", cache.n_rows,
-             cache.n_features, cache.X.nbytes / 1e6, work_dir,
-             time.perf_counter() - t0)
+             cache.n_features, cache.nbytes / 1e6,
+             getattr(cache, "location", work_dir), time.perf_counter() - t0)
     if algo.n_clusters > cache.n_rows:
         raise DataError(f"{d.source.name}: more clusters ({algo.n_clusters}) than rows ({cache.n_rows})")
     info = {"rows": cache.n_rows, "rows_skipped": cache.skipped, "features": cache.n_features,
@@ -141,6 +146,8 @@ def _prepare(algo, req, d, work_dir, executor, opts) -> _State:
             # the input files as resolved (globs, directories), or the in-memory source's name
             "files": list(getattr(d.source, "files", [])) or [d.source.name],
             "features_left_out": dict(d.left_out)}
+    if getattr(executor, "distributed", False):  # each worker's own disk, or the work directory
+        info["worker_cache"] = "local" if hasattr(cache, "shards") else "shared"
     graph = None
     if req.knn:
         graph, info["knn"] = _graph(cache, req, work_dir, executor, algo.seed, opts["batch_size"],
@@ -329,6 +336,7 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
         work_dir, owned = _work_dir(stack, work_dir)
         stack.enter_context(WorkDirLock(work_dir))
         stack.enter_context(limit_blas(blas_threads))
+        stack.callback(setattr, executor, "worker_rows", None)  # (a shared-nothing run's)
         st = _prepare(algo, req, d, work_dir, executor,
                       {"show": _progress_enabled(progress), "owned": owned, "batch_size": batch_size,
                        "knn_options": knn_options, "scale": scale, "metric": metric,

@@ -1,0 +1,76 @@
+"""What runs on a Dask worker of a shared-nothing run (``streamclust.run.shards``): build the
+worker's share of the feature cache from the source into its own ``local_directory``, read
+rows of it, and run a pass's step over it.  Row state arrives and leaves by value (the rows of
+the task only); nothing here opens a file of the client's work directory."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..data.batch import Batch
+from ..data.cache import FeatureCache, float32_rows, open_cache_file
+from .dask_tasks import _use_share
+
+#: the folder of a worker's shares, under its ``local_directory``
+SHARD_ROOT = "streamclust-shards"
+
+
+def probe(path: str, token: str) -> bool:
+    """True when this worker reads ``token`` from ``path`` (a file the client just wrote in
+    its work directory): the work directory is shared."""
+    try:
+        with open(path) as f:
+            return f.read() == token
+    except OSError:
+        return False
+
+
+def _local_directory() -> str:
+    try:
+        from distributed import get_worker
+        return get_worker().local_directory
+    except ValueError:  # not on a worker (tests calling the task directly)
+        import tempfile
+        return tempfile.gettempdir()
+
+
+def build_shard(data, start: int, stop: int, key: str, batch_size: int, transform: str,
+                dtype: str) -> tuple:
+    """Source rows ``start .. stop`` of ``data`` cached on this worker's disk (reused when
+    cached already with the same key).  Returns ``(path, rows)`` of the cache file."""
+    from ..data.rowslice import row_slice
+    folder = os.path.join(_local_directory(), SHARD_ROOT, key, f"rows-{start}-{stop}")
+    os.makedirs(folder, exist_ok=True)
+    cache = FeatureCache.build(row_slice(data, start, stop), folder, batch_size,
+                               transform=transform, dtype=dtype)
+    return cache.X.filename, cache.n_rows
+
+
+def take_rows(path: str, n: int, d: int, local_ids: np.ndarray) -> np.ndarray:
+    """The rows ``local_ids`` (positions in this share) as float32."""
+    X = open_cache_file(path, n, d)
+    return np.ascontiguousarray(X[np.asarray(local_ids, np.int64)], dtype=np.float32)
+
+
+def run_shard_group(step, merge, where, group, state, params, shares=None):
+    """One task: ``step`` over the batches ``group`` ((start, stop) row ranges of the whole
+    data, or in-memory batches when ``where`` is None), partials merged in order.  ``where``:
+    ``(path, rows, features, first row)`` of this worker's share.  ``state``: the row-state
+    values of the group's rows (from its first row), written by the step; returned with the
+    merged partial and the rows done."""
+    _use_share(shares)
+    values = tuple(np.array(a) for a in state)  # writable copies of what arrived
+    if where is None:
+        batches, g0 = group, group[0].start
+    else:
+        path, n, d, first = where
+        X = open_cache_file(path, n, d)
+        batches = (Batch(s, float32_rows(X[s - first:e - first])) for s, e in group)
+        g0 = group[0][0]
+    acc, rows = None, 0
+    for b in batches:
+        part = step(b, tuple(a[b.start - g0:b.stop - g0] for a in values), params)
+        acc = part if acc is None else merge(acc, part)
+        rows += len(b.X)
+    return acc, rows, values

@@ -1,0 +1,392 @@
+"""Shared-nothing runs on Dask: each worker caches its share of the rows on its own disk.
+
+When the workers cannot open the run's work directory (a cloud cluster: data on object storage,
+local disks only; found by a probe file, or forced with ``worker_cache="local"``), the client
+builds no feature cache.  The rows are cut into one contiguous share per worker, at multiples of
+the batch size (so the batches, and every result, are those of a local fit); each worker reads
+its share straight from the source into ``<local_directory>/streamclust-shards/`` and every
+task over those rows is pinned to it (``workers=[address], allow_other_workers=False``).  What
+travels: the pass's parameters, the partial results, ``take``'s rows (a coreset, a sample) and
+the row state of each task's rows, by value (the client keeps the row state, so checkpoints,
+``resume`` and the algorithm's own reads of it are as in any fit).
+
+A worker lost during a pass or a build: its shares are built again from the source on the
+workers left (the least loaded first) and the pass runs again; a worker that joins later takes
+no share.  Not yet shared-nothing (refused before the first pass, see docs/scale.md): the kNN
+graph (its cells search rows of every worker), the ordered pass (``ctx.scan``: each share of its
+order visits rows of every worker), rows read at random in kernels, extra columns, scaling,
+``on_invalid='skip'``, sources that do not know their rows up front, and updates.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+import uuid
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..base.interrupt import Terminated, check
+from ..errors import ParameterError
+from . import shard_tasks
+from .dask_tasks import pass_items, split
+
+log = logging.getLogger(__name__)
+
+MODES = ("auto", "shared", "local")
+
+
+def check_mode(mode) -> str:
+    from ..base.checks import one_of
+    return one_of("worker_cache", mode, MODES, "auto")
+
+
+def cache_mode(executor, work_dir: str) -> str:
+    """``"local"`` when the run's passes go to workers that cannot open ``work_dir`` (or the
+    executor's ``worker_cache`` says so), else ``"shared"``."""
+    mode = getattr(executor, "worker_cache", "shared") if getattr(executor, "distributed", False) \
+        else "shared"
+    if mode != "auto":
+        return mode
+    token = uuid.uuid4().hex
+    path = os.path.join(work_dir, f".probe-{token}")
+    with open(path, "w") as f:
+        f.write(token)
+    try:
+        seen = executor.client.run(shard_tasks.probe, os.path.abspath(path), token)
+    finally:
+        os.remove(path)
+    blind = sorted(a for a, ok in seen.items() if not ok)
+    if blind:
+        log.info("Dask worker(s) %s cannot open the work directory %s: each worker caches its "
+                 "share of the rows on its own disk", ", ".join(blind), work_dir)
+        return "local"
+    return "shared"
+
+
+def refuse(algo, req, opts, data) -> None:
+    """One line, before anything is read, for what a shared-nothing run cannot do yet."""
+    why = None
+    if req.knn:
+        why = "needs the kNN graph, whose cells search rows held by every worker"
+    elif req.random_rows:
+        why = "reads rows at random in its kernels (all rows on every worker)"
+    elif req.columns:
+        why = f"reads the extra column(s) {list(req.columns)}"
+    elif opts.get("keep_scaling"):
+        why = "is being updated (an update appends to the cache of the fit)"
+    if why is not None:
+        raise ParameterError(f"algorithm '{algo.name}' {why}, which a run without a shared work "
+                             "directory does not do yet; give the workers a shared --work-dir "
+                             "(docs/scale.md)")
+    if opts["scale"] != "none":
+        raise ParameterError(f"--scale {opts['scale']}: a run without a shared work directory "
+                             "does not scale yet; scale the data beforehand or share the work "
+                             "directory (docs/scale.md)")
+    if data.on_invalid != "error":
+        raise ParameterError("on_invalid='skip' (--skip-invalid): a run without a shared work "
+                             "directory needs every row valid (its shares are cut by row)")
+    if data.n_rows is None:
+        raise ParameterError(f"{data.source.name}: its rows are not known before a pass (CSV); "
+                             "a run without a shared work directory needs Parquet or Arrow IPC")
+
+
+def worker_cache(algo, req, data, work_dir, executor, opts, progress=None):
+    """The run's :class:`ShardedCache` when its workers cannot open ``work_dir`` (refusing first
+    what such a run cannot do), else None; the executor's passes then go to its shares."""
+    if cache_mode(executor, work_dir) != "local":
+        return None
+    refuse(algo, req, opts, data)
+    cache = ShardedCache.build(data, executor, opts["batch_size"], opts["transform"],
+                               opts.get("cache_dtype", "float32"), progress)
+    executor.worker_rows = cache
+    return cache
+
+
+@dataclass
+class Shard:
+    """Rows ``start .. stop`` cached in ``path`` on the worker ``address``."""
+
+    start: int
+    stop: int
+    address: str = ""
+    path: str = ""
+
+
+def plan(n_rows: int, batch_size: int, parts: int) -> list:
+    """``parts`` contiguous row ranges (fewer for few rows) cut at multiples of ``batch_size``."""
+    per = max(1, -(-n_rows // max(1, parts) // batch_size)) * batch_size
+    return [(s, min(n_rows, s + per)) for s in range(0, n_rows, per)]
+
+
+class ShardedCache:
+    """The feature cache of a shared-nothing run: its rows on the workers, one share each."""
+
+    def __init__(self, executor, data, meta: dict, shards: list, build_args: tuple):
+        self.executor, self.data, self.meta, self.shards = executor, data, meta, shards
+        self._build_args = build_args
+        self.skipped, self.scaler = 0, None
+
+    n_rows = property(lambda self: int(self.meta["n_rows"]))
+    n_features = property(lambda self: int(self.meta["n_features"]))
+    dtype = property(lambda self: self.meta["dtype"])
+    nbytes = property(lambda self: self.n_rows * self.n_features * np.dtype(self.dtype).itemsize)
+
+    @property
+    def location(self) -> str:
+        return f"{len(self.shards)} shares on the workers' own disks"
+
+    @property
+    def X(self):
+        raise ParameterError("the rows of a run without a shared work directory are on the "
+                             "workers; read them with ctx.take(ids) or a pass (ctx.aggregate)")
+
+    def rows(self, start: int, stop: int):
+        from ..data.batch import Batch
+        return Batch(start, self.take(np.arange(start, min(stop, self.n_rows))))
+
+    def iter_batches(self, batch_size: int):
+        for s in range(0, self.n_rows, batch_size):
+            yield self.rows(s, s + batch_size)
+
+    @classmethod
+    def build(cls, data, executor, batch_size: int, transform: str, dtype: str, progress=None):
+        meta = {"fingerprint": data.source.fingerprint(), "spec": data.spec.to_json(),
+                "n_features": data.n_features, "transform": transform, "dtype": dtype,
+                "n_rows": int(data.n_rows), "batch_size": int(batch_size)}
+        key = hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()[:16]
+        workers = sorted(executor._workers())
+        if not workers:
+            raise ParameterError("the Dask cluster has no workers")
+        shards = [Shard(s, e) for s, e in plan(meta["n_rows"], batch_size, len(workers))]
+        for i, sh in enumerate(shards):
+            sh.address = workers[i % len(workers)]
+        out = cls(executor, data, meta, shards, (key, batch_size, transform, dtype))
+        out._build(shards, progress)
+        return out
+
+    def _build(self, shards: list, progress=None) -> None:
+        """Build ``shards`` on their workers; a worker lost meanwhile: its shards again on the
+        workers left."""
+        for attempt in range(self.executor.pass_tries):
+            futures = [self.executor.client.submit(
+                shard_tasks.build_shard, self.data, sh.start, sh.stop, *self._build_args,
+                workers=[sh.address], allow_other_workers=False, pure=False) for sh in shards]
+            try:
+                done = gather_pinned(self.executor, futures, [sh.address for sh in shards],
+                                                   progress, [sh.stop - sh.start for sh in shards])
+            except LostOwners as e:
+                log.warning("Dask worker(s) %s lost while caching their rows; caching them on "
+                            "the others", ", ".join(e.lost))
+                self._reassign(shards, e.lost)
+                continue
+            for sh, (path, n) in zip(shards, done):
+                if n != sh.stop - sh.start:
+                    raise ParameterError(f"{self.data.source.name}: rows {sh.start}..{sh.stop} "
+                                         f"gave {n} rows on {sh.address}")
+                sh.path = path
+            return
+        raise self.executor._lost(sorted({sh.address for sh in shards}), None)
+
+    def _reassign(self, shards: list, lost) -> None:
+        alive = sorted(self.executor._workers())
+        if not alive:
+            raise self.executor._lost(sorted(lost), None)
+        load = {a: sum(1 for s in self.shards if s.address == a) for a in alive}
+        for sh in shards:
+            if sh.address not in load:
+                sh.address = min(alive, key=lambda a: (load[a], a))
+                load[sh.address] += 1
+
+    def ensure(self) -> None:
+        """Shares whose worker is gone built again on the workers left (before a pass)."""
+        alive = set(self.executor._workers())
+        gone = [sh for sh in self.shards if sh.address not in alive]
+        if gone:
+            lost = sorted({sh.address for sh in gone})
+            log.warning("Dask worker(s) %s lost with their rows; caching those rows again on "
+                        "the workers left", ", ".join(lost))
+            self._reassign(gone, lost)
+            self._build(gone)
+
+    def where(self, sh: Shard) -> tuple:
+        return (sh.path, sh.stop - sh.start, self.n_features, sh.start)
+
+    def take(self, row_ids) -> np.ndarray:
+        """A float32 copy of the given rows, each share's read on its worker."""
+        ids = np.asarray(row_ids, dtype=np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.n_rows):
+            raise IndexError(f"row id out of range [0, {self.n_rows})")
+        out = np.empty((len(ids), self.n_features), np.float32)
+        for attempt in range(self.executor.pass_tries):
+            self.ensure()
+            parts = []
+            for sh in self.shards:
+                at = np.flatnonzero((ids >= sh.start) & (ids < sh.stop))
+                if len(at):
+                    parts.append((at, sh, self.executor.client.submit(
+                        shard_tasks.take_rows, sh.path, sh.stop - sh.start, self.n_features,
+                        ids[at] - sh.start, workers=[sh.address], allow_other_workers=False,
+                        pure=False)))
+            try:
+                rows = gather_pinned(self.executor, [p[2] for p in parts],
+                                                   [p[1].address for p in parts])
+            except LostOwners:
+                continue
+            for (at, _, _), X in zip(parts, rows):
+                out[at] = X
+            return out
+        raise self.executor._lost([], None)
+
+
+def _send(client, values, workers):
+    """``values`` scattered to ``workers``; a worker lost under it is :class:`LostOwners`."""
+    seconds = 5.0 + sum(v.nbytes for v in values) / 20e6  # (a worker just killed: not 30 s)
+    try:
+        return client.sync(client._scatter, [values], workers=workers, direct=True, hash=False,
+                           callback_timeout=seconds)[0]
+    except Terminated:
+        raise
+    except Exception as e:  # noqa: BLE001 - a closed connection, or no such worker left
+        if type(e).__name__ in _LOST_ERRORS or isinstance(e, (OSError, TimeoutError)):
+            raise LostOwners(list(workers or [])) from None
+        raise
+
+
+class LostOwners(Exception):
+    """Tasks pinned to workers that left: their shares must be built again elsewhere."""
+
+    def __init__(self, lost):
+        super().__init__(lost)
+        self.lost = lost
+
+
+def aggregate(executor, step, data, params, state, merge, batch_size, progress):
+    """The map-reduce pass of a shared-nothing run (see :meth:`DaskExecutor.aggregate`)."""
+    cache = getattr(data, "cache", data)
+    arrays = [getattr(st, "array", st) for st in state]
+    sharded = isinstance(cache, ShardedCache)
+    ranges = pass_items(data, batch_size, sharded)
+    if not ranges:
+        return None
+    per = max(1, executor.tasks_per_worker)
+
+    def groups():
+        """(shard or None, batches) of each task: every shard's batches cut in ``per``."""
+        if not sharded:
+            return [(None, g) for g in split(ranges, executor._n_tasks(len(ranges)))]
+        out = []
+        for sh in cache.shards:
+            mine = [r for r in ranges if sh.start <= r[0] < sh.stop]
+            out += [(sh, g) for g in split(mine, per)] if mine else []
+        return out
+
+    def bounds(g):
+        return (g[0][0], g[-1][1]) if sharded else (g[0].start, g[-1].stop)
+
+    for attempt in range(executor.pass_tries):
+        if sharded:
+            cache.ensure()
+        plan_ = groups()
+        p, shares = executor._scatter(params, values=True), executor.shares()
+        client = executor.client
+        futures = []
+        try:
+            for sh, g in plan_:
+                a, b = bounds(g)
+                pin = dict(workers=[sh.address], allow_other_workers=False) if sh else {}
+                values = tuple(np.array(arr[a:b]) for arr in arrays)
+                if values:  # to the share's worker directly
+                    values = _send(client, values, pin.get("workers"))
+                futures.append(client.submit(shard_tasks.run_shard_group, step, merge,
+                                             cache.where(sh) if sh else None, g, values, p, shares,
+                                             pure=False, **pin))
+            results = gather_pinned(executor, futures, [sh.address if sh else None for sh, _ in plan_],
+                                    progress, None)
+        except LostOwners as e:
+            for f in futures:
+                f.cancel()
+            log.warning("Dask worker(s) %s lost during a pass; running it again", ", ".join(e.lost))
+            time.sleep(0.5 * (attempt + 1))
+            continue
+        acc = None
+        for (sh, g), (part, _, values) in zip(plan_, results):
+            a, b = bounds(g)
+            for arr, v in zip(arrays, values):
+                arr[a:b] = v
+            if part is not None:
+                acc = part if acc is None else merge(acc, part)
+        return acc
+    raise executor._lost([], None)
+
+def gather_pinned(executor, futures, owners, progress=None, sizes=None) -> list:
+    """Results of ``futures`` in order, fetched from the workers directly; ``owners``: the
+    worker each task is pinned to (None: any).  A task pinned to a worker that left would
+    wait for it for ever: :class:`~streamclust.run.shards.LostOwners` names such workers
+    (and any lost while a task failed), the pending tasks cancelled."""
+    import time
+    before = set(executor._workers())
+    out, pending, last = [None] * len(futures), dict(enumerate(futures)), time.monotonic()
+    waited = {}
+
+    def lost_owners(error=None):
+        alive = set(executor._workers())
+        gone = sorted({owners[i] for i in pending if owners[i] and owners[i] not in alive}
+                      | (before - alive if error is not None else set()))
+        if gone or (error is not None and type(error).__name__ in _LOST_ERRORS):
+            for f in pending.values():
+                f.cancel()
+            return LostOwners(gone)
+        return None
+
+    while pending:
+        check()
+        moved = False
+        for i, f in list(pending.items()):
+            if f.status == "pending":
+                continue
+            try:
+                if f.status not in ("finished", "error"):  # cancelled, or its result lost
+                    raise _Gone(f.status)
+                # from the worker directly; a worker lost under it: its result waits for a
+                # recomputation pinned to that worker, so not for ever (a slow one is asked
+                # again, each time twice as long)
+                waited[i] = min(2 * waited.get(i, GATHER_SECONDS / 2), 60.0)
+                out[i] = executor.client.sync(executor.client._gather, [f], direct=True,
+                                              callback_timeout=waited[i])[0]
+            except Terminated:
+                raise
+            except Exception as e:  # noqa: BLE001 - a task's error or a lost worker
+                if isinstance(e, TimeoutError) and lost_owners() is None:
+                    continue
+                if type(e).__name__ == "KilledWorker":
+                    raise executor._lost(sorted(before - set(executor._workers())), e) from None
+                lost = lost_owners(e)
+                if lost is None:
+                    raise
+                raise lost from None
+            del pending[i]
+            moved = True
+            if progress is not None:
+                progress(sizes[i] if sizes is not None else out[i][1])
+        if pending and not moved:
+            if time.monotonic() - last > 0.5:
+                last = time.monotonic()
+                lost = lost_owners()
+                if lost is not None:
+                    raise lost
+            time.sleep(0.005)
+    return out
+
+
+_LOST_ERRORS = ("CommClosedError", "FutureCancelledError", "CancelledError", "StreamClosedError",
+                "_Gone")
+#: seconds a finished task's result is first waited for before its worker is looked for
+GATHER_SECONDS = 1.0
+
+
+class _Gone(Exception):
+    """A future cancelled, or whose result went with its worker."""
