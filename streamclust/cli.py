@@ -435,6 +435,13 @@ def graph(data, neighbors, features, exclude, scale, metric, cache_dtype, out, c
     t = time.perf_counter()
     executor = _dask(scheduler, workers)
     try:
+        if executor is not None:
+            from .run.shards import cache_mode
+            os.makedirs(out, exist_ok=True)
+            if cache_mode(executor, out) == "local":
+                raise click.UsageError(f"the workers of {scheduler} cannot open --out {out}: the "
+                                       "kNN graph is built in a directory every worker reaches "
+                                       "(a shared filesystem; docs/scale.md)")
         g = knn_graph(data, neighbors, features=_split(features), exclude=_split(exclude),
                       scale=scale, metric=metric, cache_dtype=cache_dtype, work_dir=out,
                       batch_size=batch_size, cell_rows=cell_rows, ef=ef, degree=degree, M=m,

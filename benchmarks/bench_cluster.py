@@ -1,0 +1,185 @@
+"""A cluster without a shared filesystem (issue 49): deformed digits (``make_digits.py``) served
+by an S3 server (moto's, in its own process) to a Dask scheduler and 2 workers (processes, one
+thread each), against today's shared-work-directory mode in the same run.
+
+* **cache**: each worker reading its share from S3 into its own ``local_directory``
+  (``ShardedCache.build``), with 1 worker and with 2 (``speedup``: 1 worker's seconds / 2
+  workers'); the shared mode's cache is built by the client alone, from the same S3 data.
+* **fit**: D-GMM on the 2 workers in each mode: the median epoch's seconds, the fit's, and the
+  bytes the scheduler process read and wrote over its sockets during the fit
+  (``/proc/PID/io``: ``rchar + wchar``) against the data's bytes (rows × features × 4).
+* SLK (the kNN graph) is refused in the shared-nothing mode; the table says so.
+
+    python benchmarks/bench_cluster.py --data-dir DIR [--rows 8000000] [--epochs 3] [--k 20]
+"""
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import median, table  # noqa: E402
+
+import streamclust  # noqa: E402
+from streamclust.errors import ParameterError  # noqa: E402
+
+KEYS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
+        "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def io_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/io") as f:
+        v = dict(line.split(": ") for line in f.read().splitlines())
+    return int(v["rchar"]) + int(v["wchar"])
+
+
+def wait_port(port: int, timeout: float = 60) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"nothing listens on port {port}")
+
+
+class Cluster:
+    def __init__(self, root):
+        self.root, self.procs, self.workers = root, [], []
+        self.env = dict(os.environ, **KEYS)
+        os.environ.update(KEYS)
+        self.s3_port, port = free_port(), free_port()
+        self.procs.append(subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
+                                            "-p", str(self.s3_port)], env=self.env,
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        self.scheduler = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler",
+                                           "--host", "127.0.0.1", "--port", str(port),
+                                           "--no-dashboard"], env=self.env,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.procs.append(self.scheduler)
+        self.address = f"tcp://127.0.0.1:{port}"
+        wait_port(self.s3_port)
+        wait_port(port)
+        import distributed
+        self.client = distributed.Client(self.address)
+
+    def add_worker(self):
+        folder = os.path.join(self.root, f"w{len(self.workers)}")
+        os.makedirs(folder, exist_ok=True)
+        p = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", self.address,
+                              "--nthreads", "1", "--no-nanny", "--no-dashboard",
+                              "--local-directory", folder], env=self.env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.procs.append(p)
+        self.workers.append(folder)
+        self.client.wait_for_workers(len(self.workers), timeout=120)
+
+    def clear_shares(self):
+        for w in self.workers:
+            shutil.rmtree(os.path.join(w, "streamclust-shards"), ignore_errors=True)
+
+    def upload(self, local: str) -> tuple:
+        import boto3
+        s3 = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{self.s3_port}",
+                          region_name="us-east-1")
+        s3.create_bucket(Bucket="bench")
+        size = 0
+        for name in sorted(f for f in os.listdir(local) if f.endswith(".parquet")):
+            with open(os.path.join(local, name), "rb") as f:
+                body = f.read()
+            s3.put_object(Bucket="bench", Key=f"digits/{name}", Body=body)
+            size += len(body)
+        uri = f"s3://bench/digits?endpoint_override=127.0.0.1:{self.s3_port}&scheme=http"
+        return uri, size
+
+    def close(self):
+        self.client.close()
+        for p in reversed(self.procs):
+            p.kill()
+            p.wait()
+
+
+def build_seconds(cluster, uri, batch_size):
+    from streamclust.data.sources import open_data
+    from streamclust.run.dask_executor import DaskExecutor
+    from streamclust.run.shards import ShardedCache
+    cluster.clear_shares()
+    d = open_data(uri, features="x")
+    t = time.perf_counter()
+    ShardedCache.build(d, DaskExecutor(cluster.client), batch_size, "", "float32")
+    return time.perf_counter() - t
+
+
+def fit(cluster, uri, mode, work, k, epochs, batch_size, algorithm="dgmm"):
+    from streamclust.run.dask_executor import DaskExecutor
+    cluster.clear_shares()
+    shutil.rmtree(work, ignore_errors=True)
+    ex = DaskExecutor(cluster.client, worker_cache=mode)
+    before, t = io_bytes(cluster.scheduler.pid), time.perf_counter()
+    extra = dict(max_epochs=epochs, tol=1e-300) if algorithm == "dgmm" else dict(max_epochs=1)
+    m = streamclust.fit(uri, algorithm, k, features="x", work_dir=work, executor=ex, seed=0,
+                        progress=False, batch_size=batch_size, **extra)
+    seconds = time.perf_counter() - t
+    sent = io_bytes(cluster.scheduler.pid) - before
+    return seconds, median([h["seconds"] for h in m.history]), sent, m
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data-dir", required=True)
+    ap.add_argument("--rows", type=int, default=8_000_000)
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--k", type=int, default=20)
+    ap.add_argument("--batch-size", type=int, default=65536)
+    a = ap.parse_args()
+    here = os.path.dirname(os.path.abspath(__file__))
+    if not any(f.endswith(".parquet") for f in os.listdir(a.data_dir) if os.path.isdir(a.data_dir)):
+        subprocess.run([sys.executable, os.path.join(here, "make_digits.py"), str(a.rows),
+                        a.data_dir, "--file-rows", "500000"], check=True)
+    root = tempfile.mkdtemp(prefix="bench-cluster-")
+    cluster = Cluster(root)
+    try:
+        uri, size = cluster.upload(a.data_dir)
+        from streamclust.data.sources import open_data
+        d = open_data(uri, features="x")
+        data_bytes = d.n_rows * d.n_features * 4
+        print(f"{d.n_rows} rows × {d.n_features} on S3 ({size / 1e9:.2f} GB of Parquet, "
+              f"{data_bytes / 1e9:.2f} GB as float32)")
+        cluster.add_worker()
+        one = build_seconds(cluster, uri, a.batch_size)
+        cluster.add_worker()
+        two = build_seconds(cluster, uri, a.batch_size)
+        print(f"cache on the workers from S3: 1 worker {one:.1f} s, 2 workers {two:.1f} s, "
+              f"speedup {one / two:.2f}×")
+        rows = []
+        for mode in ("shared", "local"):
+            s, epoch, sent, m = fit(cluster, uri, mode, os.path.join(root, f"work-{mode}"), a.k,
+                                    a.epochs, a.batch_size)
+            rows.append([mode, m.info.get("worker_cache"), f"{s:.1f}", f"{epoch:.2f}",
+                         f"{sent / 1e6:.1f}", f"{100 * sent / data_bytes:.2f}"])
+        try:
+            fit(cluster, uri, "local", os.path.join(root, "work-slk"), 10, 1, a.batch_size, "slk")
+            slk = "ran"
+        except ParameterError as e:
+            slk = f"refused: {str(e)[:70]}…"
+        table(rows, ["worker_cache", "ran as", "fit s", "epoch s (median)", "scheduler MB",
+                     "% of data"])
+        shared, local = float(rows[0][3]), float(rows[1][3])
+        print(f"epoch ratio local / shared: {local / shared:.2f}; SLK shared-nothing: {slk}")
+    finally:
+        cluster.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
