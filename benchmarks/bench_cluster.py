@@ -43,6 +43,13 @@ def io_bytes(pid: int) -> int:
     return int(v["rchar"]) + int(v["wchar"])
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of the process ``pid`` so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def wait_port(port: int, timeout: float = 60) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -115,9 +122,9 @@ def build_seconds(cluster, uri, batch_size):
     from streamclust.run.shards import ShardedCache
     cluster.clear_shares()
     d = open_data(uri, features="x")
-    t = time.perf_counter()
+    s3, t = cpu_seconds(cluster.procs[0].pid), time.perf_counter()
     ShardedCache.build(d, DaskExecutor(cluster.client), batch_size, "", "float32")
-    return time.perf_counter() - t
+    return time.perf_counter() - t, cpu_seconds(cluster.procs[0].pid) - s3
 
 
 def fit(cluster, uri, mode, work, k, epochs, batch_size, algorithm="dgmm"):
@@ -156,11 +163,12 @@ def main():
         print(f"{d.n_rows} rows × {d.n_features} on S3 ({size / 1e9:.2f} GB of Parquet, "
               f"{data_bytes / 1e9:.2f} GB as float32)")
         cluster.add_worker()
-        one = build_seconds(cluster, uri, a.batch_size)
+        one, cpu1 = build_seconds(cluster, uri, a.batch_size)
         cluster.add_worker()
-        two = build_seconds(cluster, uri, a.batch_size)
+        two, cpu2 = build_seconds(cluster, uri, a.batch_size)
         print(f"cache on the workers from S3: 1 worker {one:.1f} s, 2 workers {two:.1f} s, "
-              f"speedup {one / two:.2f}×")
+              f"speedup {one / two:.2f}× (the S3 server's own CPU: {cpu1:.1f} s, {cpu2:.1f} s; "
+              f"{os.cpu_count()} cores)")
         rows = []
         for mode in ("shared", "local"):
             s, epoch, sent, m = fit(cluster, uri, mode, os.path.join(root, f"work-{mode}"), a.k,

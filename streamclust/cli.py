@@ -307,15 +307,27 @@ def _update(data, work_dir, sets, max_epochs, quiet, scheduler, workers, resume,
 @click.option("--soft", is_flag=True, help="Add 'soft': the probability of every cluster (list<float32>).")
 @click.option("--soft-top", type=click.IntRange(1, INT32), default=None, metavar="N",
               help="Add the N most probable clusters per row ('soft_clusters', 'soft_probs'), for large k.")
-def predict(model_dir, data, out, keep, batch_size, skip_invalid, overwrite, soft, soft_top):
+@click.option("--scheduler", default=None, metavar="ADDRESS",
+              help="Label on a dask.distributed cluster: --out is then a directory (or URL, "
+                   "s3://…) of one Parquet part per share, committed by its _SUCCESS manifest.")
+@click.option("--workers", type=click.IntRange(1, 10_000), default=None, help="Workers of --scheduler local (default 2).")
+def predict(model_dir, data, out, keep, batch_size, skip_invalid, overwrite, soft, soft_top,
+            scheduler, workers):
     """Label every row of DATA with MODEL_DIR; write passthrough columns + cluster to --out."""
     from .model.fitted import load_model
     model = load_model(model_dir)
     if soft and soft_top:
         raise click.UsageError("give --soft or --soft-top, not both")
-    res = model.predict_to_parquet(data, out, keep=_split(keep), batch_size=batch_size,
-                                   on_invalid="skip" if skip_invalid else "error",
-                                   overwrite=overwrite, soft=soft_top or soft)
+    kw = dict(keep=_split(keep), batch_size=batch_size, overwrite=overwrite, soft=soft_top or soft,
+              on_invalid="skip" if skip_invalid else "error")
+    if scheduler:
+        from .run.cluster_predict import predict_on_cluster
+        with _dask(scheduler, workers) as executor:
+            res = predict_on_cluster(model, data, out, executor, **kw)
+        click.echo(f"{res['rows']} rows labelled ({res['skipped']} skipped) -> {res['out']} "
+                   f"({res['parts']} parts and _SUCCESS)")
+        return
+    res = model.predict_to_parquet(data, out, **kw)
     click.echo(f"{res['rows']} rows labelled ({res['skipped']} skipped) -> {res['out']}")
 
 

@@ -169,3 +169,37 @@ def test_the_graph_command_refuses_workers_that_cannot_reach_its_out(cloud, tmp_
                                   str(tmp_path / "g"), "--scheduler", cloud.cluster.scheduler_address])
     assert r.exit_code == 2 and "cannot open --out" in r.output, r.output
     assert os.listdir(tmp_path / "g") == []
+
+
+def test_predict_on_the_cluster_writes_parts_and_a_manifest_to_s3(cloud, tmp_path):
+    """Each worker labels its rows from S3 and writes its part to S3; _SUCCESS lists them; the
+    labels are the model's, row for row; a second run without --overwrite changes nothing."""
+    import io
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from click.testing import CliRunner
+    from streamclust.cli import main
+    X, y, local, uri = cloud.data
+    model = streamclust.fit(local, "dgmm", 6, features="embedding", progress=False, **FITS["dgmm"])
+    mdir = model.save(str(tmp_path / "m"))
+    args = ["predict", mdir, uri, "--out", cloud.uri("labels"), "--keep", "label",
+            "--batch-size", "1000", "--scheduler", cloud.cluster.scheduler_address]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+
+    def read(key):
+        return cloud.s3.get_object(Bucket="streamclust-test", Key=f"labels/{key}")["Body"].read()
+    manifest = json.loads(read("_SUCCESS"))
+    assert manifest["rows"] == len(X) and len(manifest["parts"]) >= 2
+    t = pa.concat_tables([pq.read_table(io.BytesIO(read(p["file"]))) for p in manifest["parts"]])
+    assert np.array_equal(t.column("cluster").to_numpy(), model.predict(X))
+    assert np.array_equal(t.column("label").to_numpy(), y)
+    before = {o["Key"]: o["ETag"] for o in cloud.s3.list_objects_v2(
+        Bucket="streamclust-test", Prefix="labels/")["Contents"]}
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code != 0 and "exists and is not empty" in r.output, r.output
+    after = {o["Key"]: o["ETag"] for o in cloud.s3.list_objects_v2(
+        Bucket="streamclust-test", Prefix="labels/")["Contents"]}
+    assert after == before

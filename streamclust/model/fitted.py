@@ -151,14 +151,8 @@ class Model:
 
     def _predict_to_parquet(self, data, out, keep, batch_size, on_invalid, progress, overwrite,
                             soft) -> dict:
-        top = _soft_top(soft, self)
-        d = self._open(data, on_invalid)
+        d, keep, top, added, schema = self._labelling(data, keep, soft, on_invalid)
         check_output_file(out, getattr(d.source, "files", ()), overwrite)
-        keep = list(d.passthrough if keep is None else keep)
-        for c in keep:
-            if c not in d.source.schema.names:
-                raise DataError(f"{d.source.name}: missing column '{c}' to keep")
-        added, schema = self._outputs(d.source.schema, keep, top, soft, d.source.name)
         out_dir = os.path.dirname(os.path.abspath(out))
         os.makedirs(out_dir, exist_ok=True)
         rows = skipped = 0
@@ -172,6 +166,18 @@ class Model:
                     if progress:
                         progress(len(arrays[len(keep)]))
         return {"rows": rows, "skipped": skipped, "out": out}
+
+    def _labelling(self, data, keep, soft, on_invalid):
+        """What labelling ``data`` writes: ``(data opened, keep columns, soft top, added
+        columns, output schema)``, every column checked."""
+        top = _soft_top(soft, self)
+        d = self._open(data, on_invalid)
+        keep = list(d.passthrough if keep is None else keep)
+        for c in keep:
+            if c not in d.source.schema.names:
+                raise DataError(f"{d.source.name}: missing column '{c}' to keep")
+        added, schema = self._outputs(d.source.schema, keep, top, soft, d.source.name)
+        return d, keep, top, added, schema
 
     def _outputs(self, schema, keep, top: int, soft, name: str):
         """The columns a prediction adds (``cluster``, and the soft ones) and the output schema
