@@ -10,6 +10,8 @@ import pytest
 
 import streamclust
 from streamclust.errors import ParameterError
+from streamclust.hookspecs import hookimpl
+from streamclust.plugins import PluginHost
 from streamclust.testing import make_blobs
 
 from cloud import Cloud, can_hide
@@ -47,6 +49,13 @@ def _executor(cloud, **kw):
     return DaskExecutor(cloud.client, **kw)
 
 
+def _shares(cloud) -> dict:
+    """Each worker's folders of shares (``rows-A-B``) on its own disk."""
+    return {w: [d for _, dirs, _ in os.walk(os.path.join(cloud.local, w)) for d in dirs
+                if d.startswith("rows-")] for w in sorted(os.listdir(cloud.local))
+            if cloud.procs[int(w[1:])].poll() is None}
+
+
 def test_the_workers_cannot_see_the_client_work_directory(cloud, tmp_path):
     """The premise: without the shares the same fit fails on the workers (the old behaviour,
     kept as worker_cache='shared')."""
@@ -64,14 +73,20 @@ def test_a_fit_from_s3_on_workers_without_the_work_directory_equals_the_local_fi
     kw = dict(features="embedding", progress=False, batch_size=2000, seed=0, **FITS[algorithm])
     k = None if algorithm == "infex" else 6  # (INFEX chooses k)
     want = streamclust.fit(local, algorithm, k, **kw)
-    got = streamclust.fit(uri, algorithm, k, work_dir=str(tmp_path / "w"),
-                          executor=_executor(cloud), **kw)
+    seen = []
+
+    class Look:  # the workers' disks as the run starts
+        @hookimpl
+        def streamclust_run_started(self, run):
+            seen.append(_shares(cloud))
+
+    got = streamclust.fit(uri, algorithm, k, work_dir=str(tmp_path / "w"), executor=_executor(cloud),
+                          host=PluginHost(extra_plugins=[Look()]), **kw)
     assert not os.path.exists(tmp_path / "w" / "features.f32")  # no cache on the client
     assert np.array_equal(want.predict(X), got.predict(X))
     assert got.n_clusters == want.n_clusters
-    roots = [os.path.join(cloud.local, w) for w in sorted(os.listdir(cloud.local))]
-    shares = [r for r in roots if any(f.startswith("rows-") for _, dirs, _ in os.walk(r) for f in dirs)]
-    assert len(shares) == 2  # each worker cached its own share
+    assert len(seen[0]) == 2 and all(seen[0].values())  # each worker cached its own share
+    assert not any(_shares(cloud).values())  # and removed it when the fit was done
 
 
 @pytest.mark.parametrize("algorithm, why", [("slk", "kNN graph"), ("ncutemb", "kNN graph")])
@@ -93,8 +108,6 @@ def test_a_lost_worker_rebuilds_its_share_elsewhere_and_the_fit_ends_equal(cloud
               tol=1e-300, **FITS["dgmm"])
     want = streamclust.fit(local, "dgmm", 6, **kw)
     victim = cloud.procs[-1]
-    from streamclust.hookspecs import hookimpl
-    from streamclust.plugins import PluginHost
 
     class Kill:
         @hookimpl
@@ -203,3 +216,18 @@ def test_predict_on_the_cluster_writes_parts_and_a_manifest_to_s3(cloud, tmp_pat
     after = {o["Key"]: o["ETag"] for o in cloud.s3.list_objects_v2(
         Bucket="streamclust-test", Prefix="labels/")["Contents"]}
     assert after == before
+
+
+def test_a_shared_nothing_fit_resumes_from_its_checkpoint(cloud, tmp_path):
+    X, _, _, uri = cloud.data
+    kw = dict(features="embedding", progress=False, batch_size=2000, seed=0, tol=1e-300,
+              **FITS["dgmm"])
+    want = streamclust.fit(uri, "dgmm", 6, max_epochs=5, work_dir=str(tmp_path / "w0"),
+                           executor=_executor(cloud), **kw)
+    streamclust.fit(uri, "dgmm", 6, max_epochs=2, work_dir=str(tmp_path / "w"),
+                    executor=_executor(cloud), **kw)  # as if stopped after its second epoch
+    got = streamclust.fit(uri, "dgmm", 6, max_epochs=5, work_dir=str(tmp_path / "w"), resume=True,
+                          executor=_executor(cloud), **kw)
+    assert got.info["resumed_from_epoch"] == 2 and got.info["worker_cache"] == "local"
+    assert np.array_equal(want.predict(X), got.predict(X))
+    assert [h["objective"] for h in got.history] == [h["objective"] for h in want.history]

@@ -27,7 +27,7 @@ from ..data.scaling import check_scale
 from ..data.transforms import check_metric, row_transform
 from ..data.cache import check_cache_dtype
 from ..data.sources import open_data
-from .shards import worker_cache
+from .shards import end_run, worker_cache
 
 log = logging.getLogger(__name__)
 
@@ -336,7 +336,7 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
         work_dir, owned = _work_dir(stack, work_dir)
         stack.enter_context(WorkDirLock(work_dir))
         stack.enter_context(limit_blas(blas_threads))
-        stack.callback(setattr, executor, "worker_rows", None)  # (a shared-nothing run's)
+        stack.push(lambda kind, *_: end_run(executor, kind is not None))  # (shared-nothing)
         st = _prepare(algo, req, d, work_dir, executor,
                       {"show": _progress_enabled(progress), "owned": owned, "batch_size": batch_size,
                        "knn_options": knn_options, "scale": scale, "metric": metric,

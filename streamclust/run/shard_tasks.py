@@ -47,6 +47,12 @@ def build_shard(data, start: int, stop: int, key: str, batch_size: int, transfor
     return cache.X.filename, cache.n_rows
 
 
+def remove_shard(path: str) -> None:
+    """The folder of the share whose cache file is ``path``, removed (the fit is done)."""
+    import shutil
+    shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+
+
 def take_rows(path: str, n: int, d: int, local_ids: np.ndarray) -> np.ndarray:
     """The rows ``local_ids`` (positions in this share) as float32."""
     X = open_cache_file(path, n, d)

@@ -106,6 +106,22 @@ def worker_cache(algo, req, data, work_dir, executor, opts, progress=None):
     return cache
 
 
+def end_run(executor, failed: bool) -> None:
+    """After a fit: a shared-nothing run's shares removed from the workers' disks when it
+    succeeded (kept after a failure, for ``resume``: the next build of the same rows on the
+    same worker reuses them); the executor free for another fit."""
+    cache, executor.worker_rows = getattr(executor, "worker_rows", None), None
+    if cache is None or failed:
+        return
+    try:
+        futures = [executor.client.submit(shard_tasks.remove_shard, sh.path, workers=[sh.address],
+                                          allow_other_workers=False, pure=False)
+                   for sh in cache.shards if sh.path]
+        gather_pinned(executor, futures, [sh.address for sh in cache.shards if sh.path])
+    except Exception as e:  # noqa: BLE001 - a worker gone meanwhile: its disk went with it
+        log.debug("removing the shares: %s", e)
+
+
 @dataclass
 class Shard:
     """Rows ``start .. stop`` cached in ``path`` on the worker ``address``."""
