@@ -231,3 +231,23 @@ def test_a_shared_nothing_fit_resumes_from_its_checkpoint(cloud, tmp_path):
     assert got.info["resumed_from_epoch"] == 2 and got.info["worker_cache"] == "local"
     assert np.array_equal(want.predict(X), got.predict(X))
     assert [h["objective"] for h in got.history] == [h["objective"] for h in want.history]
+
+
+@pytest.mark.parametrize("algorithm, kw", [
+    ("dgmm", dict(scale="standard", **FITS["dgmm"])),
+    ("dgmm", dict(scale="minmax", metric="cosine", **FITS["dgmm"])),
+    ("ism", dict(given="label")),
+])
+def test_scaling_and_extra_columns_without_a_shared_work_directory(cloud, tmp_path, algorithm, kw):
+    """Scaling statistics from every worker's share, merged in row order; an extra column's
+    codes read by the workers and written on the client as a cache pass writes them."""
+    X, _, local, uri = cloud.data
+    kw = dict(features="embedding", progress=False, batch_size=2000, seed=0, **kw)
+    want = streamclust.fit(local, algorithm, 6, **kw)
+    got = streamclust.fit(uri, algorithm, 6, work_dir=str(tmp_path / "w"), executor=_executor(cloud),
+                          **kw)
+    assert got.info["worker_cache"] == "local"
+    if "scale" in kw:
+        np.testing.assert_allclose(got.scaler.offset, want.scaler.offset, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(got.scaler.factor, want.scaler.factor, rtol=1e-12)
+    assert np.array_equal(want.predict(X), got.predict(X))

@@ -49,6 +49,18 @@ class ScaleStats:
         np.minimum(self.lo, X.min(axis=0), out=self.lo)
         np.maximum(self.hi, X.max(axis=0), out=self.hi)
 
+    def merge(self, other: "ScaleStats") -> None:
+        """Add the statistics of other rows (Chan's parallel formula)."""
+        if other.n == 0:
+            return
+        n = self.n + other.n
+        delta = other.mean - self.mean
+        self.mean = self.mean + delta * (other.n / n)
+        self.m2 = self.m2 + other.m2 + delta ** 2 * (self.n * other.n / n)
+        self.n = n
+        np.minimum(self.lo, other.lo, out=self.lo)
+        np.maximum(self.hi, other.hi, out=self.hi)
+
     def scaler(self, method: str) -> "Scaler | None":
         if method == "none":
             return None

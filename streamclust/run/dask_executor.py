@@ -342,7 +342,7 @@ class DaskExecutor:
     def aggregate(self, step: Callable, data, params, *, state=(), merge: Callable = merge_sum,
                   batch_size: int = 65536, progress: Callable[[int], None] | None = None):
         if self.worker_rows is not None:  # a shared-nothing run (streamclust.run.shards)
-            from .shards import aggregate
+            from .shard_passes import aggregate
             return aggregate(self, step, data, params, state, merge, batch_size, progress)
         refs, arrays = self._state_refs(state)
         sync = self._other_hosts()

@@ -47,6 +47,45 @@ def build_shard(data, start: int, stop: int, key: str, batch_size: int, transfor
     return cache.X.filename, cache.n_rows
 
 
+def shard_stats(path: str, n: int, d: int, batch_size: int):
+    """The :class:`~streamclust.data.scaling.ScaleStats` of this share's raw rows."""
+    from ..data.scaling import ScaleStats
+    X, stats = open_cache_file(path, n, d), ScaleStats(d)
+    for s in range(0, n, batch_size):
+        stats.add(float32_rows(X[s:s + batch_size]))
+    return stats
+
+
+def scale_shard(path: str, n: int, d: int, batch_size: int, scaler, transform: str,
+                tag: str) -> str:
+    """This share's raw rows scaled (then transformed) into ``scaled-<tag>`` beside them (a
+    temporary name, then renamed); returns its path."""
+    from ..data.cache import _stored
+    from ..data.transforms import apply
+    X = open_cache_file(path, n, d)
+    root, ext = os.path.splitext(path)
+    out = os.path.join(os.path.dirname(path), f"scaled-{tag}{ext}")
+    with open(out + ".tmp", "wb") as f:
+        for s in range(0, n, batch_size):
+            rows = apply(transform, scaler.apply(float32_rows(X[s:s + batch_size])))
+            f.write(memoryview(np.ascontiguousarray(_stored(rows, X.dtype.type))).cast("B"))
+    os.replace(out + ".tmp", out)
+    return out
+
+
+def read_columns(data, start: int, stop: int, names, batch_size: int):
+    """The columns ``names`` of source rows ``start .. stop`` (a pyarrow Table)."""
+    import pyarrow as pa
+
+    from ..data.rowslice import RowSlice
+    parts = [rb for _, _, rb in RowSlice(data.source, start, stop).record_batches(list(names),
+                                                                                  batch_size)]
+    if not parts:
+        return None
+    return pa.Table.from_batches(parts) if isinstance(parts[0], pa.RecordBatch) else \
+        pa.concat_tables(parts)
+
+
 def remove_shard(path: str) -> None:
     """The folder of the share whose cache file is ``path``, removed (the fit is done)."""
     import shutil

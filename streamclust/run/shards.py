@@ -14,8 +14,10 @@ A worker lost during a pass or a build: its shares are built again from the sour
 workers left (the least loaded first) and the pass runs again; a worker that joins later takes
 no share.  Not yet shared-nothing (refused before the first pass, see docs/scale.md): the kNN
 graph (its cells search rows of every worker), the ordered pass (``ctx.scan``: each share of its
-order visits rows of every worker), rows read at random in kernels, extra columns, scaling,
-``on_invalid='skip'``, sources that do not know their rows up front, and updates.
+order visits rows of every worker), rows read at random in kernels, ``on_invalid='skip'``,
+sources that do not know their rows up front, and updates.  Scaling: raw rows cached, the
+shares' statistics merged in row order, each share scaled on its worker; declared columns: read
+by the workers, encoded on the client in row order.
 """
 from __future__ import annotations
 
@@ -23,16 +25,14 @@ import hashlib
 import json
 import logging
 import os
-import time
 import uuid
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..base.interrupt import Terminated, check
 from ..errors import ParameterError
 from . import shard_tasks
-from .dask_tasks import pass_items, split
+from .shard_passes import LostOwners, gather_pinned
 
 log = logging.getLogger(__name__)
 
@@ -74,18 +74,12 @@ def refuse(algo, req, opts, data) -> None:
         why = "needs the kNN graph, whose cells search rows held by every worker"
     elif req.random_rows:
         why = "reads rows at random in its kernels (all rows on every worker)"
-    elif req.columns:
-        why = f"reads the extra column(s) {list(req.columns)}"
     elif opts.get("keep_scaling"):
         why = "is being updated (an update appends to the cache of the fit)"
     if why is not None:
         raise ParameterError(f"algorithm '{algo.name}' {why}, which a run without a shared work "
                              "directory does not do yet; give the workers a shared --work-dir "
                              "(docs/scale.md)")
-    if opts["scale"] != "none":
-        raise ParameterError(f"--scale {opts['scale']}: a run without a shared work directory "
-                             "does not scale yet; scale the data beforehand or share the work "
-                             "directory (docs/scale.md)")
     if data.on_invalid != "error":
         raise ParameterError("on_invalid='skip' (--skip-invalid): a run without a shared work "
                              "directory needs every row valid (its shares are cut by row)")
@@ -101,7 +95,8 @@ def worker_cache(algo, req, data, work_dir, executor, opts, progress=None):
         return None
     refuse(algo, req, opts, data)
     cache = ShardedCache.build(data, executor, opts["batch_size"], opts["transform"],
-                               opts.get("cache_dtype", "float32"), progress)
+                               opts.get("cache_dtype", "float32"), progress, scale=opts["scale"],
+                               columns=req.columns, work_dir=work_dir)
     executor.worker_rows = cache
     return cache
 
@@ -129,7 +124,8 @@ class Shard:
     start: int
     stop: int
     address: str = ""
-    path: str = ""
+    path: str = ""  # what passes read: the raw rows, or their scaled copy
+    raw: str = ""
 
 
 def plan(n_rows: int, batch_size: int, parts: int) -> list:
@@ -169,20 +165,84 @@ class ShardedCache:
             yield self.rows(s, s + batch_size)
 
     @classmethod
-    def build(cls, data, executor, batch_size: int, transform: str, dtype: str, progress=None):
+    def build(cls, data, executor, batch_size: int, transform: str, dtype: str, progress=None,
+              scale: str = "none", columns=(), work_dir: str | None = None):
+        """The shares built on the workers; with ``scale``, raw rows first, then the statistics
+        of all shares, then each share's scaled copy; ``columns``: their codes in ``work_dir``
+        (as a cache pass writes them), from the values each share's rows hold."""
+        raw = transform if scale == "none" else ""  # (scaled rows are transformed after)
         meta = {"fingerprint": data.source.fingerprint(), "spec": data.spec.to_json(),
-                "n_features": data.n_features, "transform": transform, "dtype": dtype,
+                "n_features": data.n_features, "transform": raw, "dtype": dtype,
                 "n_rows": int(data.n_rows), "batch_size": int(batch_size)}
         key = hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()[:16]
+        meta.update(transform=transform, scale=scale)
         workers = sorted(executor._workers())
         if not workers:
             raise ParameterError("the Dask cluster has no workers")
         shards = [Shard(s, e) for s, e in plan(meta["n_rows"], batch_size, len(workers))]
         for i, sh in enumerate(shards):
             sh.address = workers[i % len(workers)]
-        out = cls(executor, data, meta, shards, (key, batch_size, transform, dtype))
+        out = cls(executor, data, meta, shards, (key, batch_size, raw, dtype))
         out._build(shards, progress)
+        if scale != "none":
+            out._fit_scaler(scale)
+        if columns:
+            out._columns(columns, work_dir)
         return out
+
+    def _on_shares(self, fn, args, shards=None) -> list:
+        """``fn(*args(share))`` on each share's worker, results in order; a worker lost: its
+        shares built again on the others, then every task again."""
+        shards = self.shards if shards is None else shards
+        for attempt in range(self.executor.pass_tries):
+            self.ensure()
+            futures = [self.executor.client.submit(fn, *args(sh), workers=[sh.address],
+                                                   allow_other_workers=False, pure=False)
+                       for sh in shards]
+            try:
+                return gather_pinned(self.executor, futures, [sh.address for sh in shards])
+            except LostOwners:
+                continue
+        raise self.executor._lost(sorted({sh.address for sh in shards}), None)
+
+    def _fit_scaler(self, method: str) -> None:
+        """The statistics of every share's rows merged in row order, the scaler applied."""
+        from ..data.scaling import ScaleStats
+        d, bs = self.n_features, self._build_args[1]
+        stats = ScaleStats(d)
+        for part in self._on_shares(shard_tasks.shard_stats,
+                                    lambda sh: (sh.raw, sh.stop - sh.start, d, bs)):
+            stats.merge(part)
+        self.scaler = stats.scaler(method)
+        self.meta["scaler"] = self.scaler.to_json()
+        self._scale(self.shards)
+
+    def _scale(self, shards) -> None:
+        d, bs = self.n_features, self._build_args[1]
+        tag = hashlib.sha256(json.dumps(self.meta["scaler"], sort_keys=True).encode()).hexdigest()[:12]
+        paths = self._on_shares(shard_tasks.scale_shard, lambda sh: (
+            sh.raw, sh.stop - sh.start, d, bs, self.scaler, self.meta["transform"], tag), shards)
+        for sh, path in zip(shards, paths):
+            sh.path = path
+
+    def _columns(self, names, work_dir: str) -> None:
+        """The declared columns' codes written to ``work_dir`` in row order (each share's
+        values read by its worker from the source; the codes by first appearance, as a local
+        cache pass gives them)."""
+        from ..base.atomic import atomic_json
+        from ..data.batch import Batch
+        from ..data.columns import COLUMNS_META, ColumnCollector
+        parts = self._on_shares(shard_tasks.read_columns, lambda sh: (
+            self.data, sh.start, sh.stop, tuple(names), self._build_args[1]))
+        collector = ColumnCollector(names, work_dir)
+        try:
+            for sh, t in zip(self.shards, parts):
+                if t is not None:
+                    collector.add(Batch(sh.start, np.zeros((t.num_rows, 0), np.float32), t))
+            atomic_json(os.path.join(work_dir, COLUMNS_META), collector.close())
+        except BaseException:
+            collector.abort()
+            raise
 
     def _build(self, shards: list, progress=None) -> None:
         """Build ``shards`` on their workers; a worker lost meanwhile: its shards again on the
@@ -203,7 +263,9 @@ class ShardedCache:
                 if n != sh.stop - sh.start:
                     raise ParameterError(f"{self.data.source.name}: rows {sh.start}..{sh.stop} "
                                          f"gave {n} rows on {sh.address}")
-                sh.path = path
+                sh.path = sh.raw = path
+            if self.scaler is not None:  # (shares built again after a loss)
+                self._scale(shards)
             return
         raise self.executor._lost(sorted({sh.address for sh in shards}), None)
 
@@ -256,153 +318,3 @@ class ShardedCache:
                 out[at] = X
             return out
         raise self.executor._lost([], None)
-
-
-def _send(client, values, workers):
-    """``values`` scattered to ``workers``; a worker lost under it is :class:`LostOwners`."""
-    seconds = 5.0 + sum(v.nbytes for v in values) / 20e6  # (a worker just killed: not 30 s)
-    try:
-        return client.sync(client._scatter, [values], workers=workers, direct=True, hash=False,
-                           callback_timeout=seconds)[0]
-    except Terminated:
-        raise
-    except Exception as e:  # noqa: BLE001 - a closed connection, or no such worker left
-        if type(e).__name__ in _LOST_ERRORS or isinstance(e, (OSError, TimeoutError)):
-            raise LostOwners(list(workers or [])) from None
-        raise
-
-
-class LostOwners(Exception):
-    """Tasks pinned to workers that left: their shares must be built again elsewhere."""
-
-    def __init__(self, lost):
-        super().__init__(lost)
-        self.lost = lost
-
-
-def aggregate(executor, step, data, params, state, merge, batch_size, progress):
-    """The map-reduce pass of a shared-nothing run (see :meth:`DaskExecutor.aggregate`)."""
-    cache = getattr(data, "cache", data)
-    arrays = [getattr(st, "array", st) for st in state]
-    sharded = isinstance(cache, ShardedCache)
-    ranges = pass_items(data, batch_size, sharded)
-    if not ranges:
-        return None
-    per = max(1, executor.tasks_per_worker)
-
-    def groups():
-        """(shard or None, batches) of each task: every shard's batches cut in ``per``."""
-        if not sharded:
-            return [(None, g) for g in split(ranges, executor._n_tasks(len(ranges)))]
-        out = []
-        for sh in cache.shards:
-            mine = [r for r in ranges if sh.start <= r[0] < sh.stop]
-            out += [(sh, g) for g in split(mine, per)] if mine else []
-        return out
-
-    def bounds(g):
-        return (g[0][0], g[-1][1]) if sharded else (g[0].start, g[-1].stop)
-
-    for attempt in range(executor.pass_tries):
-        if sharded:
-            cache.ensure()
-        plan_ = groups()
-        p, shares = executor._scatter(params, values=True), executor.shares()
-        client = executor.client
-        futures = []
-        try:
-            for sh, g in plan_:
-                a, b = bounds(g)
-                pin = dict(workers=[sh.address], allow_other_workers=False) if sh else {}
-                values = tuple(np.array(arr[a:b]) for arr in arrays)
-                if values:  # to the share's worker directly
-                    values = _send(client, values, pin.get("workers"))
-                futures.append(client.submit(shard_tasks.run_shard_group, step, merge,
-                                             cache.where(sh) if sh else None, g, values, p, shares,
-                                             pure=False, **pin))
-            results = gather_pinned(executor, futures, [sh.address if sh else None for sh, _ in plan_],
-                                    progress, None)
-        except LostOwners as e:
-            for f in futures:
-                f.cancel()
-            log.warning("Dask worker(s) %s lost during a pass; running it again", ", ".join(e.lost))
-            time.sleep(0.5 * (attempt + 1))
-            continue
-        acc = None
-        for (sh, g), (part, _, values) in zip(plan_, results):
-            a, b = bounds(g)
-            for arr, v in zip(arrays, values):
-                arr[a:b] = v
-            if part is not None:
-                acc = part if acc is None else merge(acc, part)
-        return acc
-    raise executor._lost([], None)
-
-def gather_pinned(executor, futures, owners, progress=None, sizes=None) -> list:
-    """Results of ``futures`` in order, fetched from the workers directly; ``owners``: the
-    worker each task is pinned to (None: any).  A task pinned to a worker that left would
-    wait for it for ever: :class:`~streamclust.run.shards.LostOwners` names such workers
-    (and any lost while a task failed), the pending tasks cancelled."""
-    import time
-    before = set(executor._workers())
-    out, pending, last = [None] * len(futures), dict(enumerate(futures)), time.monotonic()
-    waited = {}
-
-    def lost_owners(error=None):
-        alive = set(executor._workers())
-        gone = sorted({owners[i] for i in pending if owners[i] and owners[i] not in alive}
-                      | (before - alive if error is not None else set()))
-        if gone or (error is not None and type(error).__name__ in _LOST_ERRORS):
-            for f in pending.values():
-                f.cancel()
-            return LostOwners(gone)
-        return None
-
-    while pending:
-        check()
-        moved = False
-        for i, f in list(pending.items()):
-            if f.status == "pending":
-                continue
-            try:
-                if f.status not in ("finished", "error"):  # cancelled, or its result lost
-                    raise _Gone(f.status)
-                # from the worker directly; a worker lost under it: its result waits for a
-                # recomputation pinned to that worker, so not for ever (a slow one is asked
-                # again, each time twice as long)
-                waited[i] = min(2 * waited.get(i, GATHER_SECONDS / 2), 60.0)
-                out[i] = executor.client.sync(executor.client._gather, [f], direct=True,
-                                              callback_timeout=waited[i])[0]
-            except Terminated:
-                raise
-            except Exception as e:  # noqa: BLE001 - a task's error or a lost worker
-                if isinstance(e, TimeoutError) and lost_owners() is None:
-                    continue
-                if type(e).__name__ == "KilledWorker":
-                    raise executor._lost(sorted(before - set(executor._workers())), e) from None
-                lost = lost_owners(e)
-                if lost is None:
-                    raise
-                raise lost from None
-            del pending[i]
-            moved = True
-            if progress is not None:
-                progress(sizes[i] if sizes is not None else out[i][1])
-        if pending and not moved:
-            if time.monotonic() - last > 0.5:
-                last = time.monotonic()
-                lost = lost_owners()
-                if lost is not None:
-                    raise lost
-            time.sleep(0.005)
-    return out
-
-
-_LOST_ERRORS = ("CommClosedError", "FutureCancelledError", "CancelledError", "StreamClosedError",
-                "_Gone")
-#: seconds a finished task's result is first waited for before its worker is looked for
-GATHER_SECONDS = 1.0
-
-
-class _Gone(Exception):
-    """A future cancelled, or whose result went with its worker."""

@@ -1,0 +1,166 @@
+"""The passes of a shared-nothing run (``streamclust.run.shards``) and how their results are
+gathered: tasks pinned to the worker holding their share, results fetched from the workers
+directly, a worker lost under a task (which would wait for it for ever) reported as
+:class:`LostOwners`, so that its shares are built again elsewhere and the pass runs again."""
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+
+from ..base.interrupt import Terminated, check
+from . import shard_tasks
+from .dask_tasks import pass_items, split
+
+log = logging.getLogger(__name__)
+
+
+def _send(client, values, workers):
+    """``values`` scattered to ``workers``; a worker lost under it is :class:`LostOwners`."""
+    seconds = 5.0 + sum(v.nbytes for v in values) / 20e6  # (a worker just killed: not 30 s)
+    try:
+        return client.sync(client._scatter, [values], workers=workers, direct=True, hash=False,
+                           callback_timeout=seconds)[0]
+    except Terminated:
+        raise
+    except Exception as e:  # noqa: BLE001 - a closed connection, or no such worker left
+        if type(e).__name__ in _LOST_ERRORS or isinstance(e, (OSError, TimeoutError)):
+            raise LostOwners(list(workers or [])) from None
+        raise
+
+
+class LostOwners(Exception):
+    """Tasks pinned to workers that left: their shares must be built again elsewhere."""
+
+    def __init__(self, lost):
+        super().__init__(lost)
+        self.lost = lost
+
+
+def aggregate(executor, step, data, params, state, merge, batch_size, progress):
+    """The map-reduce pass of a shared-nothing run (see :meth:`DaskExecutor.aggregate`)."""
+    cache = getattr(data, "cache", data)
+    arrays = [getattr(st, "array", st) for st in state]
+    sharded = hasattr(cache, "shards")  # a ShardedCache; else in-memory data
+    ranges = pass_items(data, batch_size, sharded)
+    if not ranges:
+        return None
+    per = max(1, executor.tasks_per_worker)
+
+    def groups():
+        """(shard or None, batches) of each task: every shard's batches cut in ``per``."""
+        if not sharded:
+            return [(None, g) for g in split(ranges, executor._n_tasks(len(ranges)))]
+        out = []
+        for sh in cache.shards:
+            mine = [r for r in ranges if sh.start <= r[0] < sh.stop]
+            out += [(sh, g) for g in split(mine, per)] if mine else []
+        return out
+
+    def bounds(g):
+        return (g[0][0], g[-1][1]) if sharded else (g[0].start, g[-1].stop)
+
+    for attempt in range(executor.pass_tries):
+        if sharded:
+            cache.ensure()
+        plan_ = groups()
+        p, shares = executor._scatter(params, values=True), executor.shares()
+        client = executor.client
+        futures = []
+        try:
+            for sh, g in plan_:
+                a, b = bounds(g)
+                pin = dict(workers=[sh.address], allow_other_workers=False) if sh else {}
+                values = tuple(np.array(arr[a:b]) for arr in arrays)
+                if values:  # to the share's worker directly
+                    values = _send(client, values, pin.get("workers"))
+                futures.append(client.submit(shard_tasks.run_shard_group, step, merge,
+                                             cache.where(sh) if sh else None, g, values, p, shares,
+                                             pure=False, **pin))
+            results = gather_pinned(executor, futures, [sh.address if sh else None for sh, _ in plan_],
+                                    progress, None)
+        except LostOwners as e:
+            for f in futures:
+                f.cancel()
+            log.warning("Dask worker(s) %s lost during a pass; running it again", ", ".join(e.lost))
+            time.sleep(0.5 * (attempt + 1))
+            continue
+        acc = None
+        for (sh, g), (part, _, values) in zip(plan_, results):
+            a, b = bounds(g)
+            for arr, v in zip(arrays, values):
+                arr[a:b] = v
+            if part is not None:
+                acc = part if acc is None else merge(acc, part)
+        return acc
+    raise executor._lost([], None)
+
+def gather_pinned(executor, futures, owners, progress=None, sizes=None) -> list:
+    """Results of ``futures`` in order, fetched from the workers directly; ``owners``: the
+    worker each task is pinned to (None: any).  A task pinned to a worker that left would
+    wait for it for ever: :class:`LostOwners` names such workers
+    (and any lost while a task failed), the pending tasks cancelled."""
+    import time
+    before = set(executor._workers())
+    out, pending, last = [None] * len(futures), dict(enumerate(futures)), time.monotonic()
+    waited = {}
+
+    def lost_owners(error=None):
+        alive = set(executor._workers())
+        gone = sorted({owners[i] for i in pending if owners[i] and owners[i] not in alive}
+                      | (before - alive if error is not None else set()))
+        if gone or (error is not None and type(error).__name__ in _LOST_ERRORS):
+            for f in pending.values():
+                f.cancel()
+            return LostOwners(gone)
+        return None
+
+    while pending:
+        check()
+        moved = False
+        for i, f in list(pending.items()):
+            if f.status == "pending":
+                continue
+            try:
+                if f.status not in ("finished", "error"):  # cancelled, or its result lost
+                    raise _Gone(f.status)
+                # from the worker directly; a worker lost under it: its result waits for a
+                # recomputation pinned to that worker, so not for ever (a slow one is asked
+                # again, each time twice as long)
+                waited[i] = min(2 * waited.get(i, GATHER_SECONDS / 2), 60.0)
+                out[i] = executor.client.sync(executor.client._gather, [f], direct=True,
+                                              callback_timeout=waited[i])[0]
+            except Terminated:
+                raise
+            except Exception as e:  # noqa: BLE001 - a task's error or a lost worker
+                if isinstance(e, TimeoutError) and lost_owners() is None:
+                    continue
+                if type(e).__name__ == "KilledWorker":
+                    raise executor._lost(sorted(before - set(executor._workers())), e) from None
+                lost = lost_owners(e)
+                if lost is None:
+                    raise
+                raise lost from None
+            del pending[i]
+            moved = True
+            if progress is not None:
+                progress(sizes[i] if sizes is not None else out[i][1])
+        if pending and not moved:
+            if time.monotonic() - last > 0.5:
+                last = time.monotonic()
+                lost = lost_owners()
+                if lost is not None:
+                    raise lost
+            time.sleep(0.005)
+    return out
+
+
+_LOST_ERRORS = ("CommClosedError", "FutureCancelledError", "CancelledError", "StreamClosedError",
+                "_Gone")
+#: seconds a finished task's result is first waited for before its worker is looked for
+GATHER_SECONDS = 1.0
+
+
+class _Gone(Exception):
+    """A future cancelled, or whose result went with its worker."""
