@@ -5,6 +5,7 @@ directly, a worker lost under a task (which would wait for it for ever) reported
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 import numpy as np
@@ -61,10 +62,20 @@ def aggregate(executor, step, data, params, state, merge, batch_size, progress):
     def bounds(g):
         return (g[0][0], g[-1][1]) if sharded else (g[0].start, g[-1].stop)
 
+    # the tasks' row state lands in ``next`` as it arrives (memory: one task's rows), and is
+    # copied into the row state once every task is done (a pass run again reads it unchanged)
+    nexts = [_next_of(arr) for arr in arrays]
     for attempt in range(executor.pass_tries):
         if sharded:
             cache.ensure()
         plan_ = groups()
+
+        def land(i, result):
+            part, rows, values = result
+            a, b = bounds(plan_[i][1])
+            for nxt, v in zip(nexts, values):
+                nxt[a:b] = v
+            return part, rows
         p, shares = executor._scatter(params, values=True), executor.shares()
         client = executor.client
         futures = []
@@ -79,28 +90,47 @@ def aggregate(executor, step, data, params, state, merge, batch_size, progress):
                                              cache.where(sh) if sh else None, g, values, p, shares,
                                              pure=False, **pin))
             results = gather_pinned(executor, futures, [sh.address if sh else None for sh, _ in plan_],
-                                    progress, None)
+                                    progress, None, land)
         except LostOwners as e:
             for f in futures:
                 f.cancel()
             log.warning("Dask worker(s) %s lost during a pass; running it again", ", ".join(e.lost))
             time.sleep(0.5 * (attempt + 1))
             continue
+        _commit(arrays, nexts, [bounds(g) for _, g in plan_])
         acc = None
-        for (sh, g), (part, _, values) in zip(plan_, results):
-            a, b = bounds(g)
-            for arr, v in zip(arrays, values):
-                arr[a:b] = v
+        for part, _ in results:
             if part is not None:
                 acc = part if acc is None else merge(acc, part)
         return acc
     raise executor._lost([], None)
 
-def gather_pinned(executor, futures, owners, progress=None, sizes=None) -> list:
+
+def _next_of(arr):
+    """Where a pass's tasks' row state lands before it is committed: ``<file>.next`` beside a
+    memory-mapped array (created or resized here), else an array in memory."""
+    path = getattr(arr, "filename", None)
+    if not (isinstance(arr, np.memmap) and path):
+        return np.empty_like(arr)
+    path = path + ".next"
+    if not os.path.exists(path) or os.path.getsize(path) != arr.nbytes:
+        with open(path, "wb") as f:
+            f.truncate(arr.nbytes)
+    return np.memmap(path, dtype=arr.dtype, mode="r+", shape=arr.shape)
+
+
+def _commit(arrays, nexts, ranges, chunk_rows: int = 1 << 20) -> None:
+    for arr, nxt in zip(arrays, nexts):
+        for s, e in ranges:
+            for a in range(s, e, chunk_rows):
+                arr[a:min(e, a + chunk_rows)] = nxt[a:min(e, a + chunk_rows)]
+
+def gather_pinned(executor, futures, owners, progress=None, sizes=None, keep=None) -> list:
     """Results of ``futures`` in order, fetched from the workers directly; ``owners``: the
-    worker each task is pinned to (None: any).  A task pinned to a worker that left would
-    wait for it for ever: :class:`LostOwners` names such workers
-    (and any lost while a task failed), the pending tasks cancelled."""
+    worker each task is pinned to (None: any); ``keep(i, result)``: what is kept of a result
+    as it arrives (default: all of it).  A task pinned to a worker that left would wait for
+    it for ever: :class:`LostOwners` names such workers (and any lost while a task failed),
+    the pending tasks cancelled."""
     import time
     before = set(executor._workers())
     out, pending, last = [None] * len(futures), dict(enumerate(futures)), time.monotonic()
@@ -131,6 +161,8 @@ def gather_pinned(executor, futures, owners, progress=None, sizes=None) -> list:
                 waited[i] = min(2 * waited.get(i, GATHER_SECONDS / 2), 60.0)
                 out[i] = executor.client.sync(executor.client._gather, [f], direct=True,
                                               callback_timeout=waited[i])[0]
+                if keep is not None:
+                    out[i] = keep(i, out[i])
             except Terminated:
                 raise
             except Exception as e:  # noqa: BLE001 - a task's error or a lost worker
