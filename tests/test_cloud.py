@@ -251,3 +251,36 @@ def test_scaling_and_extra_columns_without_a_shared_work_directory(cloud, tmp_pa
         np.testing.assert_allclose(got.scaler.offset, want.scaler.offset, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(got.scaler.factor, want.scaler.factor, rtol=1e-12)
     assert np.array_equal(want.predict(X), got.predict(X))
+
+
+def test_a_worker_killed_during_a_cluster_predict_costs_only_time(cloud, tmp_path):
+    """SIGKILL of one of two workers while the parts are being written: its tasks run again on
+    the other and write the same parts; the manifest lists every row, labelled as by the
+    model.  The rows are many small parts, so the kill lands among them."""
+    import io
+    import json
+    import threading
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from streamclust.run.cluster_predict import predict_on_cluster
+    X, _, local, uri = cloud.data
+    model = streamclust.fit(local, "dgmm", 6, features="embedding", progress=False, **FITS["dgmm"])
+    victim = cloud.procs[-1]
+    timer = threading.Timer(0.3, victim.kill)
+    timer.start()
+    try:
+        res = predict_on_cluster(model, uri, cloud.uri("killed"), _executor(cloud), batch_size=200)
+    finally:
+        timer.cancel()
+        if victim.poll() is not None:
+            cloud.add_worker(f"w{len(cloud.procs)}")
+        cloud.wait_for(2)
+    assert victim.poll() is not None  # the kill did land during the predict
+
+    def read(key):
+        return cloud.s3.get_object(Bucket="streamclust-test", Key=f"killed/{key}")["Body"].read()
+    manifest = json.loads(read("_SUCCESS"))
+    assert res["rows"] == manifest["rows"] == len(X)
+    t = pa.concat_tables([pq.read_table(io.BytesIO(read(p["file"]))) for p in manifest["parts"]])
+    assert np.array_equal(t.column("cluster").to_numpy(), model.predict(X))
