@@ -256,10 +256,9 @@ def test_scaling_and_extra_columns_without_a_shared_work_directory(cloud, tmp_pa
 def test_a_worker_killed_during_a_cluster_predict_costs_only_time(cloud, tmp_path):
     """SIGKILL of one of two workers while the parts are being written: its tasks run again on
     the other and write the same parts; the manifest lists every row, labelled as by the
-    model.  The rows are many small parts, so the kill lands among them."""
+    model."""
     import io
     import json
-    import threading
 
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -267,16 +266,18 @@ def test_a_worker_killed_during_a_cluster_predict_costs_only_time(cloud, tmp_pat
     X, _, local, uri = cloud.data
     model = streamclust.fit(local, "dgmm", 6, features="embedding", progress=False, **FITS["dgmm"])
     victim = cloud.procs[-1]
-    timer = threading.Timer(0.3, victim.kill)
-    timer.start()
+
+    def kill(rows):  # as the first part is done, the others pending or running
+        if victim.poll() is None:
+            victim.kill()
+            victim.wait()
     try:
-        res = predict_on_cluster(model, uri, cloud.uri("killed"), _executor(cloud), batch_size=200)
+        res = predict_on_cluster(model, uri, cloud.uri("killed"), _executor(cloud), batch_size=200,
+                                 progress=kill)
     finally:
-        timer.cancel()
         if victim.poll() is not None:
             cloud.add_worker(f"w{len(cloud.procs)}")
         cloud.wait_for(2)
-    assert victim.poll() is not None  # the kill did land during the predict
 
     def read(key):
         return cloud.s3.get_object(Bucket="streamclust-test", Key=f"killed/{key}")["Body"].read()
@@ -284,3 +285,11 @@ def test_a_worker_killed_during_a_cluster_predict_costs_only_time(cloud, tmp_pat
     assert res["rows"] == manifest["rows"] == len(X)
     t = pa.concat_tables([pq.read_table(io.BytesIO(read(p["file"]))) for p in manifest["parts"]])
     assert np.array_equal(t.column("cluster").to_numpy(), model.predict(X))
+
+
+def test_local_input_the_workers_cannot_read_is_one_line_naming_the_file(cloud, tmp_path):
+    from streamclust.errors import DataError
+    _, _, local, _ = cloud.data  # under the tests' temporary directory: hidden from the workers
+    with pytest.raises(DataError, match=r"part-000\.parquet: a Dask worker cannot read the input"):
+        streamclust.fit(local, "dgmm", 6, features="embedding", progress=False,
+                        work_dir=str(tmp_path / "w"), executor=_executor(cloud))

@@ -40,10 +40,16 @@ def build_shard(data, start: int, stop: int, key: str, batch_size: int, transfor
     """Source rows ``start .. stop`` of ``data`` cached on this worker's disk (reused when
     cached already with the same key).  Returns ``(path, rows)`` of the cache file."""
     from ..data.rowslice import row_slice
+    from ..errors import DataError
     folder = os.path.join(_local_directory(), SHARD_ROOT, key, f"rows-{start}-{stop}")
     os.makedirs(folder, exist_ok=True)
-    cache = FeatureCache.build(row_slice(data, start, stop), folder, batch_size,
-                               transform=transform, dtype=dtype)
+    try:
+        cache = FeatureCache.build(row_slice(data, start, stop), folder, batch_size,
+                                   transform=transform, dtype=dtype)
+    except (FileNotFoundError, PermissionError) as e:
+        raise DataError(f"{getattr(e, 'filename', None) or data.source.name}: a Dask worker cannot "
+                        f"read the input ({type(e).__name__}); without a shared filesystem the "
+                        "data must be where every worker reads it (s3://…, gs://…, a URL)") from None
     return cache.X.filename, cache.n_rows
 
 
