@@ -57,9 +57,10 @@ class Cloud:
     def uri(self, key: str) -> str:
         return f"s3://{BUCKET}/{key}?endpoint_override={self.endpoint}&scheme=http"
 
-    def put_dir(self, local: str, key: str) -> str:
-        """The files of ``local`` copied under ``key``; returns the URI of the folder."""
-        for name in sorted(os.listdir(local)):
+    def put_dir(self, local: str, key: str, names=None) -> str:
+        """The files of ``local`` (or only ``names``) copied under ``key``; returns the URI of
+        the folder."""
+        for name in sorted(names or os.listdir(local)):
             with open(os.path.join(local, name), "rb") as src:  # (not pyarrow's multipart
                 self.s3.put_object(Bucket=BUCKET, Key=f"{key}/{name}", Body=src.read())  # upload)
         return self.uri(key)

@@ -293,3 +293,30 @@ def test_local_input_the_workers_cannot_read_is_one_line_naming_the_file(cloud, 
     with pytest.raises(DataError, match=r"part-000\.parquet: a Dask worker cannot read the input"):
         streamclust.fit(local, "dgmm", 6, features="embedding", progress=False,
                         work_dir=str(tmp_path / "w"), executor=_executor(cloud))
+
+
+@pytest.mark.parametrize("algorithm", ["dgmm", "ism"])
+def test_an_update_without_a_shared_work_directory_equals_a_local_update(cloud, tmp_path,
+                                                                        algorithm):
+    """Two files fitted, a third arrives: the update from S3 on workers that cannot see the
+    work directory gives the local update's labels and cluster ids."""
+    import shutil
+    X, _, local, _ = cloud.data
+    files = sorted(os.listdir(local))
+    grow = tmp_path / "grow"
+    grow.mkdir()
+    for f in files[:2]:
+        shutil.copy(os.path.join(local, f), grow / f)
+    kw = dict(features="embedding", progress=False, batch_size=2000, seed=0,
+              **FITS.get(algorithm, {}))
+    key = f"grow-{algorithm}"
+    uri = cloud.put_dir(str(grow), key)
+    streamclust.fit(str(grow), algorithm, 6, work_dir=str(tmp_path / "wl"), **kw)
+    streamclust.fit(uri, algorithm, 6, work_dir=str(tmp_path / "wc"), executor=_executor(cloud), **kw)
+    shutil.copy(os.path.join(local, files[2]), grow / files[2])
+    uri = cloud.put_dir(str(grow), key, [files[2]])
+    want = streamclust.update(str(grow), str(tmp_path / "wl"), progress=False)
+    got = streamclust.update(uri, str(tmp_path / "wc"), progress=False, executor=_executor(cloud))
+    assert got.info["worker_cache"] == "local" and got.info["update"]["rows_added"] > 0
+    assert np.array_equal(want.predict(X), got.predict(X))
+    assert list(got.cluster_ids) == list(want.cluster_ids)

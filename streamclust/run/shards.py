@@ -15,7 +15,8 @@ workers left (the least loaded first) and the pass runs again; a worker that joi
 no share.  Not yet shared-nothing (refused before the first pass, see docs/scale.md): the kNN
 graph (its cells search rows of every worker), the ordered pass (``ctx.scan``: each share of its
 order visits rows of every worker), rows read at random in kernels, ``on_invalid='skip'``,
-sources that do not know their rows up front, and updates.  Scaling: raw rows cached, the
+sources that do not know their rows up front, and updates of scaled fits.  An update builds
+the shares of all rows again (the fit's were removed when it ended).  Scaling: raw rows cached, the
 shares' statistics merged in row order, each share scaled on its worker; declared columns: read
 by the workers, encoded on the client in row order.
 """
@@ -74,11 +75,13 @@ def refuse(algo, req, opts, data) -> None:
         why = "needs the kNN graph, whose cells search rows held by every worker"
     elif req.random_rows:
         why = "reads rows at random in its kernels (all rows on every worker)"
-    elif opts.get("keep_scaling"):
-        why = "is being updated (an update appends to the cache of the fit)"
     if why is not None:
         raise ParameterError(f"algorithm '{algo.name}' {why}, which a run without a shared work "
                              "directory does not do yet; give the workers a shared --work-dir "
+                             "(docs/scale.md)")
+    if opts.get("keep_scaling") and opts["scale"] != "none":
+        raise ParameterError(f"--update of a fit with --scale {opts['scale']}: a run without a "
+                             "shared work directory does not keep the fit's scaling yet "
                              "(docs/scale.md)")
     if data.on_invalid != "error":
         raise ParameterError("on_invalid='skip' (--skip-invalid): a run without a shared work "
