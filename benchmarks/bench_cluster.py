@@ -9,8 +9,11 @@ thread each), against today's shared-work-directory mode in the same run.
   bytes the scheduler process read and wrote over its sockets during the fit
   (``/proc/PID/io``: ``rchar + wchar``) against the data's bytes (rows × features × 4).
 * SLK (the kNN graph) is refused in the shared-nothing mode; the table says so.
+* ``--kill-trials N``: N shared-nothing fits, each with one of the 2 workers SIGKILLed at a
+  random moment: seconds against the uninterrupted fit's, and whether the labels are equal.
 
     python benchmarks/bench_cluster.py --data-dir DIR [--rows 8000000] [--epochs 3] [--k 20]
+                                       [--kill-trials 10]
 """
 import argparse
 import os
@@ -141,6 +144,43 @@ def fit(cluster, uri, mode, work, k, epochs, batch_size, algorithm="dgmm"):
     return seconds, median([h["seconds"] for h in m.history]), sent, m
 
 
+def kill_trials(cluster, uri, root, a):
+    """The shared-nothing D-GMM fit uninterrupted, then with one of the 2 workers SIGKILLed at
+    a uniform random moment of its first 80 % (seeded by the trial): seconds against the
+    uninterrupted fit's, labels of a 1 % sample of the rows against its labels."""
+    import random
+    import threading
+
+    import numpy as np
+    from streamclust.data.sources import open_data
+    d = open_data(uri, features="x")
+    sample = np.sort(np.random.default_rng(0).choice(d.n_rows, max(1, d.n_rows // 100),
+                                                     replace=False))
+    from streamclust.data.rowslice import row_slice
+    X = np.concatenate([b.X for b in row_slice(d, 0, d.n_rows).iter_batches(1 << 16)])[sample]
+    seconds, _, _, want = fit(cluster, uri, "local", os.path.join(root, "kill-0"), a.k, a.epochs,
+                              a.batch_size)
+    ref = want.predict(X)
+    out = []
+    for trial in range(a.kill_trials):
+        victim = cluster.procs[-1]
+        at = random.Random(trial).uniform(0, 0.8 * seconds)
+        timer = threading.Timer(at, victim.kill)
+        timer.start()
+        try:
+            took, _, _, got = fit(cluster, uri, "local", os.path.join(root, f"kill-{trial + 1}"),
+                                  a.k, a.epochs, a.batch_size)
+        finally:
+            timer.cancel()
+            if victim.poll() is not None:
+                cluster.workers.pop()
+                cluster.add_worker()
+        out.append([trial, f"{at:.1f}", f"{took:.1f}", f"{took / seconds:.2f}",
+                    bool(np.array_equal(got.predict(X), ref))])
+    print(f"kill trials (uninterrupted shared-nothing fit: {seconds:.1f} s)")
+    table(out, ["trial", "killed at s", "fit s", "× uninterrupted", "equal labels"])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", required=True)
@@ -148,6 +188,9 @@ def main():
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--k", type=int, default=20)
     ap.add_argument("--batch-size", type=int, default=65536)
+    ap.add_argument("--kill-trials", type=int, default=0,
+                    help="then SIGKILL one of the 2 workers at a random moment of this many "
+                         "shared-nothing fits: time against the uninterrupted fit, equal labels")
     a = ap.parse_args()
     here = os.path.dirname(os.path.abspath(__file__))
     if not any(f.endswith(".parquet") for f in os.listdir(a.data_dir) if os.path.isdir(a.data_dir)):
@@ -184,6 +227,8 @@ def main():
                      "% of data"])
         shared, local = float(rows[0][3]), float(rows[1][3])
         print(f"epoch ratio local / shared: {local / shared:.2f}; SLK shared-nothing: {slk}")
+        if a.kill_trials:
+            kill_trials(cluster, uri, root, a)
     finally:
         cluster.close()
         shutil.rmtree(root, ignore_errors=True)
