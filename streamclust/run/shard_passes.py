@@ -94,7 +94,8 @@ def aggregate(executor, step, data, params, state, merge, batch_size, progress):
         except LostOwners as e:
             for f in futures:
                 f.cancel()
-            log.warning("Dask worker(s) %s lost during a pass; running it again", ", ".join(e.lost))
+            log.warning("Dask worker(s) %s lost during a pass; running it again",
+                        ", ".join(e.lost) or "?")
             time.sleep(0.5 * (attempt + 1))
             continue
         _commit(arrays, nexts, [bounds(g) for _, g in plan_])
