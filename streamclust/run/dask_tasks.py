@@ -201,10 +201,15 @@ def commit(state, current, ranges, sync: bool = True, chunk_rows: int = 1 << 20)
     (workers on other hosts read them through a shared file system; on one host the page cache
     is shared and an ``msync`` per pass cost a fifth of an SLK fit's time)."""
     for (_, nxt), cur in zip(state, current):
-        src = nxt.open()
-        for s, e in ranges:
-            for a in range(s, e, chunk_rows):
-                b = min(e, a + chunk_rows)
-                cur[a:b] = src[a:b]
+        copy_rows(cur, nxt.open(), ranges, chunk_rows)
         if sync and isinstance(cur, np.memmap):
             cur.flush()
+
+
+def copy_rows(dst, src, ranges, chunk_rows: int = 1 << 20) -> None:
+    """Rows ``ranges`` ((start, stop) pairs) of ``src`` copied into ``dst``, a chunk at a time
+    (memory maps: bounded memory)."""
+    for s, e in ranges:
+        for a in range(s, e, chunk_rows):
+            b = min(e, a + chunk_rows)
+            dst[a:b] = src[a:b]

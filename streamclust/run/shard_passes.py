@@ -5,14 +5,13 @@ directly, a worker lost under a task (which would wait for it for ever) reported
 from __future__ import annotations
 
 import logging
-import os
 import time
 
 import numpy as np
 
 from ..base.interrupt import Terminated, check
 from . import shard_tasks
-from .dask_tasks import pass_items, split
+from .dask_tasks import _MemmapRef, copy_rows, pack, pass_items, shadow, split
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +97,9 @@ def aggregate(executor, step, data, params, state, merge, batch_size, progress):
                         ", ".join(e.lost) or "?")
             time.sleep(0.5 * (attempt + 1))
             continue
-        _commit(arrays, nexts, [bounds(g) for _, g in plan_])
+        ranges_done = [bounds(g) for _, g in plan_]
+        for arr, nxt in zip(arrays, nexts):
+            copy_rows(arr, nxt, ranges_done)
         acc = None
         for part, _ in results:
             if part is not None:
@@ -108,23 +109,11 @@ def aggregate(executor, step, data, params, state, merge, batch_size, progress):
 
 
 def _next_of(arr):
-    """Where a pass's tasks' row state lands before it is committed: ``<file>.next`` beside a
-    memory-mapped array (created or resized here), else an array in memory."""
-    path = getattr(arr, "filename", None)
-    if not (isinstance(arr, np.memmap) and path):
-        return np.empty_like(arr)
-    path = path + ".next"
-    if not os.path.exists(path) or os.path.getsize(path) != arr.nbytes:
-        with open(path, "wb") as f:
-            f.truncate(arr.nbytes)
-    return np.memmap(path, dtype=arr.dtype, mode="r+", shape=arr.shape)
-
-
-def _commit(arrays, nexts, ranges, chunk_rows: int = 1 << 20) -> None:
-    for arr, nxt in zip(arrays, nexts):
-        for s, e in ranges:
-            for a in range(s, e, chunk_rows):
-                arr[a:min(e, a + chunk_rows)] = nxt[a:min(e, a + chunk_rows)]
+    """Where a pass's tasks' row state lands before it is committed: the ``next`` file of a
+    memory-mapped array (as the shared mode's, :func:`dask_tasks.shadow`), else an array in
+    memory."""
+    ref = pack(arr)
+    return shadow(ref).open() if isinstance(ref, _MemmapRef) else np.empty_like(arr)
 
 def gather_pinned(executor, futures, owners, progress=None, sizes=None, keep=None) -> list:
     """Results of ``futures`` in order, fetched from the workers directly; ``owners``: the
@@ -132,7 +121,6 @@ def gather_pinned(executor, futures, owners, progress=None, sizes=None, keep=Non
     as it arrives (default: all of it).  A task pinned to a worker that left would wait for
     it for ever: :class:`LostOwners` names such workers (and any lost while a task failed),
     the pending tasks cancelled."""
-    import time
     before = set(executor._workers())
     out, pending, last = [None] * len(futures), dict(enumerate(futures)), time.monotonic()
     waited = {}

@@ -302,22 +302,10 @@ class ShardedCache:
         if ids.size and (ids.min() < 0 or ids.max() >= self.n_rows):
             raise IndexError(f"row id out of range [0, {self.n_rows})")
         out = np.empty((len(ids), self.n_features), np.float32)
-        for attempt in range(self.executor.pass_tries):
-            self.ensure()
-            parts = []
-            for sh in self.shards:
-                at = np.flatnonzero((ids >= sh.start) & (ids < sh.stop))
-                if len(at):
-                    parts.append((at, sh, self.executor.client.submit(
-                        shard_tasks.take_rows, sh.path, sh.stop - sh.start, self.n_features,
-                        ids[at] - sh.start, workers=[sh.address], allow_other_workers=False,
-                        pure=False)))
-            try:
-                rows = gather_pinned(self.executor, [p[2] for p in parts],
-                                                   [p[1].address for p in parts])
-            except LostOwners:
-                continue
-            for (at, _, _), X in zip(parts, rows):
-                out[at] = X
-            return out
-        raise self.executor._lost([], None)
+        at = {sh.start: np.flatnonzero((ids >= sh.start) & (ids < sh.stop)) for sh in self.shards}
+        mine = [sh for sh in self.shards if len(at[sh.start])]
+        rows = self._on_shares(shard_tasks.take_rows, lambda sh: (
+            sh.path, sh.stop - sh.start, self.n_features, ids[at[sh.start]] - sh.start), mine)
+        for sh, X in zip(mine, rows):
+            out[at[sh.start]] = X
+        return out
