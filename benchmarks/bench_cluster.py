@@ -5,15 +5,17 @@ thread each), against today's shared-work-directory mode in the same run.
 * **cache**: each worker reading its share from S3 into its own ``local_directory``
   (``ShardedCache.build``), with 1 worker and with 2 (``speedup``: 1 worker's seconds / 2
   workers'); the shared mode's cache is built by the client alone, from the same S3 data.
-* **fit**: D-GMM on the 2 workers in each mode: the median epoch's seconds, the fit's, and the
-  bytes the scheduler process read and wrote over its sockets during the fit
-  (``/proc/PID/io``: ``rchar + wchar``) against the data's bytes (rows × features × 4).
-* SLK (the kNN graph) is refused in the shared-nothing mode; the table says so.
-* ``--kill-trials N``: N shared-nothing fits, each with one of the 2 workers SIGKILLed at a
-  random moment: seconds against the uninterrupted fit's, and whether the labels are equal.
+* **fit**: D-GMM (``--epochs``) and SLK (``--slk-epochs``, k = 10, its defaults) on the 2
+  workers in each mode: the median epoch's seconds, the fit's, and the bytes the scheduler
+  process read and wrote over its sockets during the fit (``/proc/PID/io``: ``rchar + wchar``)
+  against the data's bytes (rows × features × 4).  SLK's shared-nothing fit keeps a copy of all
+  rows on the client (its kNN graph is built there); its row says how long that took.
+* ``--kill-trials N``: N shared-nothing fits of each of ``--kill-algorithms`` (dgmm,slk), each
+  with one of the 2 workers SIGKILLed at a random moment inside the fit: seconds against the
+  uninterrupted fit's, and whether the labels are equal.
 
     python benchmarks/bench_cluster.py --data-dir DIR [--rows 8000000] [--epochs 3] [--k 20]
-                                       [--kill-trials 10]
+                                       [--slk-epochs 2] [--kill-trials 10]
 """
 import argparse
 import os
@@ -28,7 +30,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import median, table  # noqa: E402
 
 import streamclust  # noqa: E402
-from streamclust.errors import ParameterError  # noqa: E402
 
 KEYS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
         "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
@@ -136,7 +137,7 @@ def fit(cluster, uri, mode, work, k, epochs, batch_size, algorithm="dgmm"):
     shutil.rmtree(work, ignore_errors=True)
     ex = DaskExecutor(cluster.client, worker_cache=mode)
     before, t = io_bytes(cluster.scheduler.pid), time.perf_counter()
-    extra = dict(max_epochs=epochs, tol=1e-300) if algorithm == "dgmm" else dict(max_epochs=1)
+    extra = dict(max_epochs=epochs, tol=1e-300) if algorithm == "dgmm" else dict(max_epochs=epochs)
     m = streamclust.fit(uri, algorithm, k, features="x", work_dir=work, executor=ex, seed=0,
                         progress=False, batch_size=batch_size, **extra)
     seconds = time.perf_counter() - t
@@ -144,10 +145,11 @@ def fit(cluster, uri, mode, work, k, epochs, batch_size, algorithm="dgmm"):
     return seconds, median([h["seconds"] for h in m.history]), sent, m
 
 
-def kill_trials(cluster, uri, root, a):
-    """The shared-nothing D-GMM fit uninterrupted, then with one of the 2 workers SIGKILLed at
-    a uniform random moment of its first 80 % (seeded by the trial): seconds against the
-    uninterrupted fit's, labels of a 1 % sample of the rows against its labels."""
+def kill_trials(cluster, uri, root, a, algorithm, k, epochs):
+    """The shared-nothing fit uninterrupted, then with one of the 2 workers SIGKILLed at a
+    uniform random moment of its first 80 % (seeded by the trial; drawn again, earlier, when
+    the fit ended before it): seconds against the uninterrupted fit's, labels of a 1 % sample
+    of the rows against its labels."""
     import random
     import threading
 
@@ -158,27 +160,34 @@ def kill_trials(cluster, uri, root, a):
                                                      replace=False))
     from streamclust.data.rowslice import row_slice
     X = np.concatenate([b.X for b in row_slice(d, 0, d.n_rows).iter_batches(1 << 16)])[sample]
-    seconds, _, _, want = fit(cluster, uri, "local", os.path.join(root, "kill-0"), a.k, a.epochs,
-                              a.batch_size)
+    seconds, _, _, want = fit(cluster, uri, "local", os.path.join(root, "kill-0"), k, epochs,
+                              a.batch_size, algorithm)
     ref = want.predict(X)
     out = []
     for trial in range(a.kill_trials):
-        victim = cluster.procs[-1]
-        at = random.Random(trial).uniform(0, 0.8 * seconds)
-        timer = threading.Timer(at, victim.kill)
-        timer.start()
-        try:
-            took, _, _, got = fit(cluster, uri, "local", os.path.join(root, f"kill-{trial + 1}"),
-                                  a.k, a.epochs, a.batch_size)
-        finally:
-            timer.cancel()
-            if victim.poll() is not None:
-                cluster.workers.pop()
-                cluster.add_worker()
-        out.append([trial, f"{at:.1f}", f"{took:.1f}", f"{took / seconds:.2f}",
-                    bool(np.array_equal(got.predict(X), ref))])
-    print(f"kill trials (uninterrupted shared-nothing fit: {seconds:.1f} s)")
-    table(out, ["trial", "killed at s", "fit s", "× uninterrupted", "equal labels"])
+        rng = random.Random(trial)
+        at = rng.uniform(0, 0.8 * seconds)
+        for _ in range(4):
+            victim = cluster.procs[-1]
+            timer = threading.Timer(at, victim.kill)
+            timer.start()
+            try:
+                took, _, _, got = fit(cluster, uri, "local", os.path.join(root, f"kill-{trial}"),
+                                      k, epochs, a.batch_size, algorithm)
+            finally:
+                timer.cancel()
+                killed = victim.poll() is not None
+                if killed:
+                    cluster.workers.pop()
+                    cluster.add_worker()
+            if killed:
+                break
+            at = rng.uniform(0, 0.8 * min(at, took))
+        out.append([algorithm, trial, f"{at:.1f}", f"{took:.1f}", f"{took / seconds:.2f}",
+                    bool(np.array_equal(got.predict(X), ref)), killed])
+    print(f"kill trials, {algorithm} (uninterrupted shared-nothing fit: {seconds:.1f} s)")
+    table(out, ["algorithm", "trial", "killed at s", "fit s", "× uninterrupted", "equal labels",
+                "killed inside"])
 
 
 def main():
@@ -188,9 +197,11 @@ def main():
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--k", type=int, default=20)
     ap.add_argument("--batch-size", type=int, default=65536)
+    ap.add_argument("--slk-epochs", type=int, default=2)
     ap.add_argument("--kill-trials", type=int, default=0,
                     help="then SIGKILL one of the 2 workers at a random moment of this many "
                          "shared-nothing fits: time against the uninterrupted fit, equal labels")
+    ap.add_argument("--kill-algorithms", default="dgmm,slk")
     a = ap.parse_args()
     here = os.path.dirname(os.path.abspath(__file__))
     if not any(f.endswith(".parquet") for f in os.listdir(a.data_dir) if os.path.isdir(a.data_dir)):
@@ -213,22 +224,23 @@ def main():
               f"speedup {one / two:.2f}× (the S3 server's own CPU: {cpu1:.1f} s, {cpu2:.1f} s; "
               f"{os.cpu_count()} cores)")
         rows = []
-        for mode in ("shared", "local"):
-            s, epoch, sent, m = fit(cluster, uri, mode, os.path.join(root, f"work-{mode}"), a.k,
-                                    a.epochs, a.batch_size)
-            rows.append([mode, m.info.get("worker_cache"), f"{s:.1f}", f"{epoch:.2f}",
-                         f"{sent / 1e6:.1f}", f"{100 * sent / data_bytes:.2f}"])
-        try:
-            fit(cluster, uri, "local", os.path.join(root, "work-slk"), 10, 1, a.batch_size, "slk")
-            slk = "ran"
-        except ParameterError as e:
-            slk = f"refused: {str(e)[:70]}…"
-        table(rows, ["worker_cache", "ran as", "fit s", "epoch s (median)", "scheduler MB",
-                     "% of data"])
-        shared, local = float(rows[0][3]), float(rows[1][3])
-        print(f"epoch ratio local / shared: {local / shared:.2f}; SLK shared-nothing: {slk}")
-        if a.kill_trials:
-            kill_trials(cluster, uri, root, a)
+        runs = (("dgmm", a.k, a.epochs), ("slk", 10, a.slk_epochs))
+        for algorithm, k, epochs in runs:
+            for mode in ("shared", "local"):
+                s, epoch, sent, m = fit(cluster, uri, mode, os.path.join(root, f"work-{mode}"), k,
+                                        epochs, a.batch_size, algorithm)
+                graph = m.info.get("knn", {}).get("seconds")
+                rows.append([algorithm, mode, m.info.get("worker_cache"), f"{s:.1f}",
+                             "" if graph is None else f"{graph:.1f}", f"{epoch:.2f}",
+                             f"{sent / 1e6:.1f}", f"{100 * sent / data_bytes:.2f}"])
+        table(rows, ["algorithm", "worker_cache", "ran as", "fit s", "graph s",
+                     "epoch s (median)", "scheduler MB", "% of data"])
+        for i, (algorithm, _, _) in enumerate(runs):
+            shared, local = float(rows[2 * i][5]), float(rows[2 * i + 1][5])
+            print(f"{algorithm}: epoch ratio local / shared: {local / shared:.2f}")
+        kills = {"dgmm": (a.k, a.epochs), "slk": (10, a.slk_epochs)}
+        for algorithm in filter(None, a.kill_algorithms.split(",")) if a.kill_trials else ():
+            kill_trials(cluster, uri, root, a, algorithm, *kills[algorithm])
     finally:
         cluster.close()
         shutil.rmtree(root, ignore_errors=True)

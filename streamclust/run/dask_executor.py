@@ -34,7 +34,7 @@ from ..data.cache import FeatureCache
 from ..errors import ParameterError, StreamclustError
 from .dask_tasks import (_MemmapRef, commit, pack, pack_values, pass_items, run_group, run_scan,
                          run_task, shadow, split)
-from .executor import average_states, merge_sum, spread
+from .executor import LocalExecutor, average_states, merge_sum, spread
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +177,8 @@ class DaskExecutor:
             if self.numba_threads:
                 self._shares = {a: int(self.numba_threads) for a in workers}
             else:
-                cores = self.client.run(n_threads, -1)
+                # (a worker killed since the scheduler last heard of it: left out, as 1)
+                cores = self.client.run(n_threads, -1, on_error="ignore")
                 per_host = {}
                 for a, w in workers.items():
                     per_host[w.get("host")] = per_host.get(w.get("host"), 0) + int(w.get("nthreads", 1))
@@ -311,10 +312,15 @@ class DaskExecutor:
         mean).  With one worker thread this is the local pass exactly."""
         if not blocks:
             return carry, {"shares": 0, "rows": 0, "spread": 0.0}
-        if self.worker_rows is not None:
-            raise ParameterError("the ordered pass (ctx.scan) visits rows of every worker in each "
-                                 "share of its order, which a run without a shared work "
-                                 "directory does not do yet (docs/scale.md)")
+        if self.worker_rows is not None:  # shared-nothing: on the client copy, in this process
+            if getattr(self.worker_rows, "client_copy", None) is None:
+                raise ParameterError("the ordered pass (ctx.scan) visits rows of every worker in "
+                                     "each share of its order: in a run without a shared work "
+                                     "directory only an algorithm that declares the kNN graph or "
+                                     "random_rows (a copy of all rows on the client) may scan "
+                                     "(docs/scale.md)")
+            return LocalExecutor().scan(step, data, carry, params, blocks=blocks, state=state,
+                                        combine=combine, progress=progress)
         source = self._source(data)
         first = getattr(data, "start", 0)  # a RowRange's blocks are positions in it
         items = [(first + s, first + e) for s, e in blocks] if source is not None else \

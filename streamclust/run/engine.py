@@ -149,9 +149,10 @@ def _prepare(algo, req, d, work_dir, executor, opts) -> _State:
     if getattr(executor, "distributed", False):  # each worker's own disk, or the work directory
         info["worker_cache"] = "local" if hasattr(cache, "shards") else "shared"
     graph = None
-    if req.knn:
-        graph, info["knn"] = _graph(cache, req, work_dir, executor, algo.seed, opts["batch_size"],
-                                    show, opts["knn_options"])
+    if req.knn:  # a shared-nothing run's graph: on its client copy, in this process
+        copy = getattr(cache, "client_copy", None)
+        graph, info["knn"] = _graph(copy or cache, req, work_dir, None if copy else executor,
+                                    algo.seed, opts["batch_size"], show, opts["knn_options"])
     # the rows are known now (a CSV's only after the cache pass): what the algorithm may hold
     plan = opts["plan"]
     if plan.rows != cache.n_rows:

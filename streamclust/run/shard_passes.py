@@ -17,17 +17,39 @@ log = logging.getLogger(__name__)
 
 
 def _send(client, values, workers):
-    """``values`` scattered to ``workers``; a worker lost under it is :class:`LostOwners`."""
-    seconds = 5.0 + sum(v.nbytes for v in values) / 20e6  # (a worker just killed: not 30 s)
+    """``values`` scattered to ``workers``; a worker lost under it is :class:`LostOwners`.  A
+    send that times out is tried again, each time twice as long, while the workers still
+    accept connections (a worker just killed refuses them: found in a second, not after
+    Dask's 30 s of connection attempts)."""
+    seconds = 1.0 + sum(v.nbytes for v in values) / 20e6
+    for _ in range(4):
+        try:
+            return client.sync(client._scatter, [values], workers=workers, direct=True,
+                               hash=False, callback_timeout=seconds)[0]
+        except Terminated:
+            raise
+        except Exception as e:  # noqa: BLE001 - a closed connection, or no such worker left
+            if isinstance(e, TimeoutError) and all(_listening(w) for w in workers or []):
+                seconds *= 2
+                continue
+            if type(e).__name__ in _LOST_ERRORS or isinstance(e, (OSError, TimeoutError)):
+                raise LostOwners(list(workers or [])) from None
+            raise
+    raise LostOwners(list(workers or []))
+
+
+def _listening(address: str) -> bool:
+    """Whether a worker's ``tcp://host:port`` accepts a connection within a second."""
+    import socket
+    from urllib.parse import urlsplit
+    u = urlsplit(address)
+    if u.scheme not in ("tcp", "tls") or u.port is None:
+        return True  # (another transport: assume so, and let the longer timeout decide)
     try:
-        return client.sync(client._scatter, [values], workers=workers, direct=True, hash=False,
-                           callback_timeout=seconds)[0]
-    except Terminated:
-        raise
-    except Exception as e:  # noqa: BLE001 - a closed connection, or no such worker left
-        if type(e).__name__ in _LOST_ERRORS or isinstance(e, (OSError, TimeoutError)):
-            raise LostOwners(list(workers or [])) from None
-        raise
+        socket.create_connection((u.hostname, u.port), timeout=1.0).close()
+        return True
+    except OSError:
+        return False
 
 
 class LostOwners(Exception):

@@ -1,24 +1,28 @@
 """Shared-nothing runs on Dask: each worker caches its share of the rows on its own disk.
 
 When the workers cannot open the run's work directory (a cloud cluster: data on object storage,
-local disks only; found by a probe file, or forced with ``worker_cache="local"``), the client
-builds no feature cache.  The rows are cut into one contiguous share per worker, at multiples of
-the batch size (so the batches, and every result, are those of a local fit); each worker reads
-its share straight from the source into ``<local_directory>/streamclust-shards/`` and every
-task over those rows is pinned to it (``workers=[address], allow_other_workers=False``).  What
-travels: the pass's parameters, the partial results, ``take``'s rows (a coreset, a sample) and
-the row state of each task's rows, by value (the client keeps the row state, so checkpoints,
-``resume`` and the algorithm's own reads of it are as in any fit).
+local disks only; found by a probe file, or forced with ``worker_cache="local"``), the rows are
+cut into one contiguous share per worker, at multiples of the batch size (so the batches, and
+every result, are those of a local fit); each worker reads its share straight from the source
+into ``<local_directory>/streamclust-shards/`` and every task over those rows is pinned to it
+(``workers=[address], allow_other_workers=False``).  What travels: the pass's parameters, the
+partial results, ``take``'s rows (a coreset, a sample) and the row state of each task's rows, by
+value (the client keeps the row state, so checkpoints, ``resume`` and the algorithm's own reads
+of it are as in any fit).
+
+An algorithm that needs every row in one place (the kNN graph, rows read at random, so also
+the ordered pass ``ctx.scan`` that reads them) gets a *client copy*: the client also caches all
+rows in its work directory, as a local fit does; the graph is built there, ``ctx.data.X``,
+``take`` and ``scan`` read it, and ``ctx.aggregate`` still runs on the workers' shares.
 
 A worker lost during a pass or a build: its shares are built again from the source on the
 workers left (the least loaded first) and the pass runs again; a worker that joins later takes
-no share.  Not yet shared-nothing (refused before the first pass, see docs/scale.md): the kNN
-graph (its cells search rows of every worker), the ordered pass (``ctx.scan``: each share of its
-order visits rows of every worker), rows read at random in kernels, ``on_invalid='skip'``,
-sources that do not know their rows up front, and updates of scaled fits.  An update builds
-the shares of all rows again (the fit's were removed when it ended).  Scaling: raw rows cached, the
-shares' statistics merged in row order, each share scaled on its worker; declared columns: read
-by the workers, encoded on the client in row order.
+no share.  Refused before the first pass (see docs/scale.md): ``on_invalid='skip'``, sources
+that do not know their rows up front, updates of scaled fits, and ``ctx.scan`` of an algorithm
+that declares neither the graph nor ``random_rows``.  An update builds the shares of all rows
+again (the fit's were removed when it ended).  Scaling: raw rows cached, the shares' statistics
+merged in row order (or the client copy's scaler), each share scaled on its worker; declared
+columns: read by the workers, encoded on the client in row order.
 """
 from __future__ import annotations
 
@@ -70,15 +74,6 @@ def cache_mode(executor, work_dir: str) -> str:
 
 def refuse(algo, req, opts, data) -> None:
     """One line, before anything is read, for what a shared-nothing run cannot do yet."""
-    why = None
-    if req.knn:
-        why = "needs the kNN graph, whose cells search rows held by every worker"
-    elif req.random_rows:
-        why = "reads rows at random in its kernels (all rows on every worker)"
-    if why is not None:
-        raise ParameterError(f"algorithm '{algo.name}' {why}, which a run without a shared work "
-                             "directory does not do yet; give the workers a shared --work-dir "
-                             "(docs/scale.md)")
     if opts.get("keep_scaling") and opts["scale"] != "none":
         raise ParameterError(f"--update of a fit with --scale {opts['scale']}: a run without a "
                              "shared work directory does not keep the fit's scaling yet "
@@ -97,9 +92,22 @@ def worker_cache(algo, req, data, work_dir, executor, opts, progress=None):
     if cache_mode(executor, work_dir) != "local":
         return None
     refuse(algo, req, opts, data)
-    cache = ShardedCache.build(data, executor, opts["batch_size"], opts["transform"],
-                               opts.get("cache_dtype", "float32"), progress, scale=opts["scale"],
-                               columns=req.columns, work_dir=work_dir)
+    dtype = opts.get("cache_dtype", "float32")
+    copy = None
+    if req.knn or req.random_rows:
+        from ..data.cache import FeatureCache
+        log.info("algorithm '%s' needs every row in one place (%s): the client caches them in "
+                 "%s too", algo.name, "the kNN graph" if req.knn else "rows read at random",
+                 work_dir)
+        copy = FeatureCache.build(data, work_dir, opts["batch_size"], progress=progress,
+                                  columns=req.columns, transform=opts["transform"],
+                                  scale=opts["scale"], dtype=dtype)
+        progress = None
+    cache = ShardedCache.build(data, executor, opts["batch_size"], opts["transform"], dtype,
+                               progress, scale=opts["scale"], work_dir=work_dir,
+                               columns=() if copy else req.columns,
+                               scaler=None if copy is None else copy.scaler)
+    cache.client_copy = copy
     executor.worker_rows = cache
     return cache
 
@@ -144,6 +152,7 @@ class ShardedCache:
         self.executor, self.data, self.meta, self.shards = executor, data, meta, shards
         self._build_args = build_args
         self.skipped, self.scaler = 0, None
+        self.client_copy = None  # a FeatureCache of every row in the client's work directory
 
     n_rows = property(lambda self: int(self.meta["n_rows"]))
     n_features = property(lambda self: int(self.meta["n_features"]))
@@ -152,15 +161,20 @@ class ShardedCache:
 
     @property
     def location(self) -> str:
-        return f"{len(self.shards)} shares on the workers' own disks"
+        where = f"{len(self.shards)} shares on the workers' own disks"
+        return where + (", all rows on the client" if self.client_copy is not None else "")
 
     @property
     def X(self):
+        if self.client_copy is not None:
+            return self.client_copy.X
         raise ParameterError("the rows of a run without a shared work directory are on the "
                              "workers; read them with ctx.take(ids) or a pass (ctx.aggregate)")
 
     def rows(self, start: int, stop: int):
         from ..data.batch import Batch
+        if self.client_copy is not None:
+            return self.client_copy.rows(start, stop)
         return Batch(start, self.take(np.arange(start, min(stop, self.n_rows))))
 
     def iter_batches(self, batch_size: int):
@@ -169,10 +183,11 @@ class ShardedCache:
 
     @classmethod
     def build(cls, data, executor, batch_size: int, transform: str, dtype: str, progress=None,
-              scale: str = "none", columns=(), work_dir: str | None = None):
+              scale: str = "none", columns=(), work_dir: str | None = None, scaler=None):
         """The shares built on the workers; with ``scale``, raw rows first, then the statistics
-        of all shares, then each share's scaled copy; ``columns``: their codes in ``work_dir``
-        (as a cache pass writes them), from the values each share's rows hold."""
+        of all shares (or the given ``scaler``: the client copy's), then each share's scaled
+        copy; ``columns``: their codes in ``work_dir`` (as a cache pass writes them), from the
+        values each share's rows hold."""
         raw = transform if scale == "none" else ""  # (scaled rows are transformed after)
         meta = {"fingerprint": data.source.fingerprint(), "spec": data.spec.to_json(),
                 "n_features": data.n_features, "transform": raw, "dtype": dtype,
@@ -187,7 +202,11 @@ class ShardedCache:
             sh.address = workers[i % len(workers)]
         out = cls(executor, data, meta, shards, (key, batch_size, raw, dtype))
         out._build(shards, progress)
-        if scale != "none":
+        if scale != "none" and scaler is not None:
+            out.scaler = scaler
+            out.meta["scaler"] = scaler.to_json()
+            out._scale(shards)
+        elif scale != "none":
             out._fit_scaler(scale)
         if columns:
             out._columns(columns, work_dir)
@@ -297,7 +316,10 @@ class ShardedCache:
         return (sh.path, sh.stop - sh.start, self.n_features, sh.start)
 
     def take(self, row_ids) -> np.ndarray:
-        """A float32 copy of the given rows, each share's read on its worker."""
+        """A float32 copy of the given rows, each share's read on its worker (or from the
+        client copy)."""
+        if self.client_copy is not None:
+            return self.client_copy.take(row_ids)
         ids = np.asarray(row_ids, dtype=np.int64)
         if ids.size and (ids.min() < 0 or ids.max() >= self.n_rows):
             raise IndexError(f"row id out of range [0, {self.n_rows})")
