@@ -342,11 +342,14 @@ def test_local_input_the_workers_cannot_read_is_one_line_naming_the_file(cloud, 
                         work_dir=str(tmp_path / "w"), executor=_executor(cloud))
 
 
-@pytest.mark.parametrize("algorithm", ["dgmm", "ism", "slk", "ncutemb"])
+@pytest.mark.parametrize("algorithm, scale", [("dgmm", "none"), ("dgmm", "standard"),
+                                               ("ism", "none"), ("slk", "none"),
+                                               ("slk", "minmax"), ("ncutemb", "none")])
 def test_an_update_without_a_shared_work_directory_equals_a_local_update(cloud, tmp_path,
-                                                                        algorithm):
+                                                                        algorithm, scale):
     """Two files fitted, a third arrives: the update from S3 on workers that cannot see the
-    work directory gives the local update's labels and cluster ids."""
+    work directory gives the local update's labels and cluster ids (a scaled fit's update
+    scales the new rows as the fit did)."""
     import shutil
     X, _, local, _ = cloud.data
     files = sorted(os.listdir(local))
@@ -354,9 +357,9 @@ def test_an_update_without_a_shared_work_directory_equals_a_local_update(cloud, 
     grow.mkdir()
     for f in files[:2]:
         shutil.copy(os.path.join(local, f), grow / f)
-    kw = dict(features="embedding", progress=False, batch_size=2000, seed=0,
+    kw = dict(features="embedding", progress=False, batch_size=2000, seed=0, scale=scale,
               **FITS.get(algorithm, GRAPH_FITS.get(algorithm, {})))
-    key = f"grow-{algorithm}"
+    key = f"grow-{algorithm}-{scale}"
     uri = cloud.put_dir(str(grow), key)
     streamclust.fit(str(grow), algorithm, 6, work_dir=str(tmp_path / "wl"), **kw)
     streamclust.fit(uri, algorithm, 6, work_dir=str(tmp_path / "wc"), executor=_executor(cloud), **kw)

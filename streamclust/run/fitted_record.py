@@ -56,9 +56,11 @@ def write_base(work_dir: str, identity: dict, model, cache, seed: int, next_id: 
         labels = np.concatenate([labels, model.public_labels(
             model.algorithm_.predict(cache.take(new)).labels)])
     np.savez(os.path.join(tmp, "match.npz"), ids=ids, labels=labels)
-    atomic_json(os.path.join(tmp, "base.json"),
-                {"identity": identity, "rows": n, "cluster_ids": model.cluster_ids.tolist(),
-                 "next_id": int(next_id)})
+    record = {"identity": identity, "rows": n, "cluster_ids": model.cluster_ids.tolist(),
+              "next_id": int(next_id)}
+    if getattr(cache, "scaler", None) is not None:  # (what a shared-nothing update scales with)
+        record["scaler"] = cache.scaler.to_json()
+    atomic_json(os.path.join(tmp, "base.json"), record)
     if os.path.exists(final):
         shutil.rmtree(old, ignore_errors=True)
         os.replace(final, old)

@@ -18,11 +18,11 @@ rows in its work directory, as a local fit does; the graph is built there, ``ctx
 A worker lost during a pass or a build: its shares are built again from the source on the
 workers left (the least loaded first) and the pass runs again; a worker that joins later takes
 no share.  Refused before the first pass (see docs/scale.md): ``on_invalid='skip'``, sources
-that do not know their rows up front, updates of scaled fits, and ``ctx.scan`` of an algorithm
-that declares neither the graph nor ``random_rows``.  An update builds the shares of all rows
-again (the fit's were removed when it ended).  Scaling: raw rows cached, the shares' statistics
-merged in row order (or the client copy's scaler), each share scaled on its worker; declared
-columns: read by the workers, encoded on the client in row order.
+that do not know their rows up front, and ``ctx.scan`` of an algorithm that declares neither
+the graph nor ``random_rows``.  An update builds the shares of all rows again (the fit's were
+removed when it ended).  Scaling: raw rows cached, the shares' statistics merged in row order
+(or the client copy's scaler, or in an update the fit's, kept in its fitted record), each share
+scaled on its worker; declared columns: read by the workers, encoded on the client in row order.
 """
 from __future__ import annotations
 
@@ -74,10 +74,10 @@ def cache_mode(executor, work_dir: str) -> str:
 
 def refuse(algo, req, opts, data) -> None:
     """One line, before anything is read, for what a shared-nothing run cannot do yet."""
-    if opts.get("keep_scaling") and opts["scale"] != "none":
-        raise ParameterError(f"--update of a fit with --scale {opts['scale']}: a run without a "
-                             "shared work directory does not keep the fit's scaling yet "
-                             "(docs/scale.md)")
+    if opts.get("keep_scaling") and opts["scale"] != "none" and opts.get("scaler") is None:
+        raise ParameterError(f"--update of a fit with --scale {opts['scale']} recorded before "
+                             "shared-nothing updates kept its scaling: fit again, or give the "
+                             "workers a shared --work-dir (docs/scale.md)")
     if data.on_invalid != "error":
         raise ParameterError("on_invalid='skip' (--skip-invalid): a run without a shared work "
                              "directory needs every row valid (its shares are cut by row)")
@@ -101,12 +101,18 @@ def worker_cache(algo, req, data, work_dir, executor, opts, progress=None):
                  work_dir)
         copy = FeatureCache.build(data, work_dir, opts["batch_size"], progress=progress,
                                   columns=req.columns, transform=opts["transform"],
-                                  scale=opts["scale"], dtype=dtype)
+                                  scale=opts["scale"], dtype=dtype,
+                                  keep_scaling=opts.get("keep_scaling", False))
         progress = None
+    scaler = None  # merged from the shares', unless the copy's or (an update) the fit's
+    if copy is not None:
+        scaler = copy.scaler
+    elif opts.get("keep_scaling") and opts["scale"] != "none":
+        from ..data.scaling import Scaler
+        scaler = Scaler.from_json(opts["scaler"], data.n_features, "the fitted record")
     cache = ShardedCache.build(data, executor, opts["batch_size"], opts["transform"], dtype,
                                progress, scale=opts["scale"], work_dir=work_dir,
-                               columns=() if copy else req.columns,
-                               scaler=None if copy is None else copy.scaler)
+                               columns=() if copy else req.columns, scaler=scaler)
     cache.client_copy = copy
     executor.worker_rows = cache
     return cache

@@ -190,7 +190,7 @@ def update(data, work_dir: str, *, max_epochs: int = 100, progress: bool | None 
                               "scale": ident.get("scale", "none"),
                               "metric": ident.get("metric", "euclidean"), "plan": plan,
                               "cache_dtype": ident.get("cache_dtype", "float32"),
-                              "keep_scaling": True})
+                              "keep_scaling": True, "scaler": base.get("scaler")})
         n_old = int(base["rows"])
         cache = st.ctx.data
         if cache.n_rows <= n_old or not str(cache.meta.get("fingerprint", "")).startswith(ident["data"]):
