@@ -370,3 +370,26 @@ def test_an_update_without_a_shared_work_directory_equals_a_local_update(cloud, 
     assert got.info["worker_cache"] == "local" and got.info["update"]["rows_added"] > 0
     assert np.array_equal(want.predict(X), got.predict(X))
     assert list(got.cluster_ids) == list(want.cluster_ids)
+
+
+def _read_a_write_b(batch, state, _params):
+    a, b = state
+    b[:] = 2 * a + batch.X[:, 0]
+    return float(a.sum())
+
+
+def test_a_task_sends_back_only_the_row_state_its_step_changed():
+    """Row state a step only reads does not travel back to the client (SLK's passes read Z or A
+    as often as they write them); what it wrote does, bit for bit."""
+    from streamclust.data.batch import Batch
+    from streamclust.run.executor import merge_sum
+    from streamclust.run.shard_tasks import run_shard_group
+    X = np.arange(20, dtype=np.float32).reshape(10, 2)
+    a, b = np.linspace(0, 1, 10), np.zeros(10)
+    batches = [Batch(0, X[:6]), Batch(6, X[6:])]
+    part, rows, values = run_shard_group(_read_a_write_b, merge_sum, None, batches, (a, b), None)
+    assert part == pytest.approx(a.sum()) and rows == 10
+    assert values[0] is None
+    assert np.array_equal(values[1], 2 * a + X[:, 0])
+    _, _, again = run_shard_group(_read_a_write_b, merge_sum, None, batches, (a, values[1]), None)
+    assert again == (None, None)  # b written with the values it already held: nothing to send

@@ -84,18 +84,22 @@ def aggregate(executor, step, data, params, state, merge, batch_size, progress):
         return (g[0][0], g[-1][1]) if sharded else (g[0].start, g[-1].stop)
 
     # the tasks' row state lands in ``next`` as it arrives (memory: one task's rows), and is
-    # copied into the row state once every task is done (a pass run again reads it unchanged)
+    # copied into the row state once every task is done (a pass run again reads it unchanged);
+    # a task returns None for state its step left unchanged (read-only: nothing to copy back)
     nexts = [_next_of(arr) for arr in arrays]
     for attempt in range(executor.pass_tries):
         if sharded:
             cache.ensure()
         plan_ = groups()
+        changed = [[] for _ in arrays]
 
         def land(i, result):
             part, rows, values = result
             a, b = bounds(plan_[i][1])
-            for nxt, v in zip(nexts, values):
-                nxt[a:b] = v
+            for j, v in enumerate(values):
+                if v is not None:
+                    nexts[j][a:b] = v
+                    changed[j].append((a, b))
             return part, rows
         p, shares = executor._scatter(params, values=True), executor.shares()
         client = executor.client
@@ -119,9 +123,8 @@ def aggregate(executor, step, data, params, state, merge, batch_size, progress):
                         ", ".join(e.lost) or "?")
             time.sleep(0.5 * (attempt + 1))
             continue
-        ranges_done = [bounds(g) for _, g in plan_]
-        for arr, nxt in zip(arrays, nexts):
-            copy_rows(arr, nxt, ranges_done)
+        for arr, nxt, done in zip(arrays, nexts, changed):
+            copy_rows(arr, nxt, done)
         acc = None
         for part, _ in results:
             if part is not None:

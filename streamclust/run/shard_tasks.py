@@ -109,7 +109,8 @@ def run_shard_group(step, merge, where, group, state, params, shares=None):
     data, or in-memory batches when ``where`` is None), partials merged in order.  ``where``:
     ``(path, rows, features, first row)`` of this worker's share.  ``state``: the row-state
     values of the group's rows (from its first row), written by the step; returned with the
-    merged partial and the rows done."""
+    merged partial and the rows done (None for an array the step left unchanged: what it only
+    read does not travel back)."""
     _use_share(shares)
     values = tuple(np.array(a) for a in state)  # writable copies of what arrived
     if where is None:
@@ -124,4 +125,11 @@ def run_shard_group(step, merge, where, group, state, params, shares=None):
         part = step(b, tuple(a[b.start - g0:b.stop - g0] for a in values), params)
         acc = part if acc is None else merge(acc, part)
         rows += len(b.X)
-    return acc, rows, values
+    return acc, rows, tuple(None if _same(v, a) else v for v, a in zip(values, state))
+
+
+def _same(new, old) -> bool:
+    """Whether the step left a state array's bytes as they arrived."""
+    a, b = np.ascontiguousarray(new), np.ascontiguousarray(old)
+    return a.shape == b.shape and a.dtype == b.dtype and \
+        bool(np.array_equal(a.view(np.uint8).ravel(), b.view(np.uint8).ravel()))
