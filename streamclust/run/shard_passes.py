@@ -108,7 +108,7 @@ def aggregate(executor, step, data, params, state, merge, batch_size, progress):
             for sh, g in plan_:
                 a, b = bounds(g)
                 pin = dict(workers=[sh.address], allow_other_workers=False) if sh else {}
-                values = tuple(np.array(arr[a:b]) for arr in arrays)
+                values = tuple(np.asarray(arr[a:b]) for arr in arrays)  # (views: sent, not copied)
                 if values:  # to the share's worker directly
                     values = _send(client, values, pin.get("workers"))
                 futures.append(client.submit(shard_tasks.run_shard_group, step, merge,
