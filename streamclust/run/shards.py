@@ -167,7 +167,8 @@ class ShardedCache:
 
     @property
     def location(self) -> str:
-        where = f"{len(self.shards)} shares on the workers' own disks"
+        n = len(self.shards)
+        where = f"{n} share{'s' if n != 1 else ''} on the workers' own disks"
         return where + (", all rows on the client" if self.client_copy is not None else "")
 
     @property
