@@ -140,6 +140,7 @@ def _next_of(arr):
     ref = pack(arr)
     return shadow(ref).open() if isinstance(ref, _MemmapRef) else np.empty_like(arr)
 
+
 def gather_pinned(executor, futures, owners, progress=None, sizes=None, keep=None) -> list:
     """Results of ``futures`` in order, fetched from the workers directly; ``owners``: the
     worker each task is pinned to (None: any); ``keep(i, result)``: what is kept of a result

@@ -72,7 +72,7 @@ def cache_mode(executor, work_dir: str) -> str:
     return "shared"
 
 
-def refuse(algo, req, opts, data) -> None:
+def refuse(opts, data) -> None:
     """One line, before anything is read, for what a shared-nothing run cannot do yet."""
     if opts.get("keep_scaling") and opts["scale"] != "none" and opts.get("scaler") is None:
         raise ParameterError(f"--update of a fit with --scale {opts['scale']} recorded before "
@@ -91,7 +91,7 @@ def worker_cache(algo, req, data, work_dir, executor, opts, progress=None):
     what such a run cannot do), else None; the executor's passes then go to its shares."""
     if cache_mode(executor, work_dir) != "local":
         return None
-    refuse(algo, req, opts, data)
+    refuse(opts, data)
     dtype = opts.get("cache_dtype", "float32")
     copy = None
     if req.knn or req.random_rows:
