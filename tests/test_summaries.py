@@ -64,6 +64,61 @@ def test_kmeanspp_and_afkmc2_pick_rows_and_approach_kmeanspp():
     assert np.median(long_chain) < 1.5 * np.median(kpp) < np.median(uniform)
 
 
+def _kmeanspp_numpy(X, w, k, trials, u):
+    """Greedy k-means++ written plainly: float64 distances by numpy, draws by running sums."""
+    X = X.astype(np.float64)
+    def draw(p, v):
+        run = np.cumsum(p)
+        return int(np.flatnonzero(run > v * run[-1])[0])
+    C = [X[draw(w, u[0])]]
+    mind = ((X - C[0]) ** 2).sum(1)
+    for i in range(1, k):
+        p = w * mind
+        best, best_pot = -1, np.inf
+        for t in range(trials):
+            c = draw(p, u[1 + (i - 1) * trials + t])
+            pot = (w * np.minimum(mind, ((X - X[c]) ** 2).sum(1))).sum()
+            if trials == 1 or pot < best_pot:
+                best, best_pot = c, pot
+        C.append(X[best])
+        mind = np.minimum(mind, ((X - X[best]) ** 2).sum(1))
+    return np.array(C)
+
+
+@pytest.mark.parametrize("n, d, k, trials, weighted", [(1500, 784, 10, 1, False),
+                                                       (1023, 5, 12, 4, True), (7, 3, 3, 2, False)])
+def test_kmeanspp_equals_the_plain_rule_at_any_thread_count(n, d, k, trials, weighted):
+    import numba
+    rng = np.random.default_rng(n)
+    X = (rng.normal(size=(n, d)) + rng.integers(0, 6, size=(n, 1)) * 3).astype(np.float32)
+    w = rng.random(n) + 0.1 if weighted else None
+    u = np.random.default_rng(7).random(1 + (k - 1) * trials)
+    want = _kmeanspp_numpy(X, np.ones(n) if w is None else w, k, trials, u)
+    got = []
+    for threads in (1, numba.config.NUMBA_NUM_THREADS):
+        numba.set_num_threads(threads)
+        try:
+            got.append(kmeanspp(X, k, np.random.default_rng(7), weights=w, trials=trials)[0])
+        finally:
+            numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    np.testing.assert_array_equal(got[0], want)  # the same rows drawn
+    np.testing.assert_array_equal(got[0], got[1])
+
+
+def test_sqdist_cols_sums_each_row_as_sqdist_does():
+    from streamclust.base.rowmath import sqdist
+    from streamclust.summaries.kernels import sqdist_cols, transpose_into
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(1100, 77)).astype(np.float32)  # rows not a multiple of the block
+    XT = np.empty((77, 1100), np.float32)
+    transpose_into(X, XT)
+    np.testing.assert_array_equal(XT, X.T)
+    c = rng.normal(size=77)
+    out = np.empty(1100)
+    sqdist_cols(XT, c, out)
+    assert all(out[r] == sqdist(X[r], c) for r in range(len(X)))  # to the bit
+
+
 def _greedy_afkmc2_numpy(C, cand, q, row, u, pool, w, mind, near, m, trials):
     """The greedy AFK-MC2 rule written plainly: every pool distance computed."""
     for i in range(1, len(C)):

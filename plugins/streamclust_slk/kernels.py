@@ -31,10 +31,9 @@ def bound_rows(start, A, graph, Z_old, lam, Z_new):
     indptr, indices, weights = graph
     n, L = A.shape
     parts = np.zeros(n)
-    buf = np.empty((n, L))
     for i in nb.prange(n):
         p = start + i
-        s = buf[i]
+        s = Z_new[i]  # the sums built in place: no (n × L) buffer to fault in each iteration
         for l in range(L):
             s[l] = 0.0
         for e in range(indptr[p], indptr[p + 1]):
@@ -45,8 +44,6 @@ def bound_rows(start, A, graph, Z_old, lam, Z_new):
         for l in range(L):
             s[l] = A[i, l] + lam * s[l]
         parts[i] = -softmax_into(s, s)
-        for l in range(L):
-            Z_new[i, l] = s[l]
     return parts.sum()
 
 

@@ -63,6 +63,7 @@ class Starts:
         L, n_draws = self.n_clusters, self.hyper["seedings"]
         labelled = self._truth is not None
         P = (ctx.take(self._val_ids) if labelled else S) if n_draws > 1 else None
+        P = None if P is None else np.asarray(P, np.float64)  # widened once, not per draw
         best, best_score = None, -np.inf
         for _ in range(n_draws):
             seeds, evals = kmeanspp(S, L, rng)

@@ -10,7 +10,7 @@ import numpy as np
 
 from .coreset import importance_sample
 from .kernels import (Candidates, Pool, afkmc2_chains, greedy_afkmc2, kmeanspp_greedy,
-                      update_min_sqdist)
+                      transpose_into, update_min_sqdist)
 
 
 def _weights(X, weights):
@@ -21,12 +21,14 @@ def kmeanspp(X, k: int, rng: np.random.Generator, weights=None, trials: int = 1)
     """k-means++ seeding on ``X`` (n × d); returns ``(centres (k × d) float64, distance evals)``.
     ``trials > 1``: greedy k-means++ (each centre is the best of ``trials`` D² draws by the
     potential it leaves, as scikit-learn's); ``1`` is the plain algorithm.  One numba pass per
-    centre and trial (serial: a fixed summation order)."""
-    X = np.ascontiguousarray(X, dtype=np.float32)
+    centre and trial (every row's distance summed in its own fixed order, rows in parallel)."""
+    X = np.asarray(X, dtype=np.float32)
     w = _weights(X, weights)
     trials = max(1, int(trials))
     C = np.empty((k, X.shape[1]), dtype=np.float64)
-    evals = kmeanspp_greedy(X, np.ascontiguousarray(w), k, trials,
+    XT = np.empty((X.shape[1], X.shape[0]), dtype=np.float32)
+    transpose_into(X, XT)
+    evals = kmeanspp_greedy(XT, np.ascontiguousarray(w), k, trials,
                             rng.random(1 + (k - 1) * trials), C)
     return C, int(evals)
 
