@@ -35,6 +35,27 @@ def _softmax(S):
     return E / E.sum(1, keepdims=True)
 
 
+def test_mode_kernel_sums_each_distance_in_order_and_matches_numpy():
+    from streamclust.toolkit import sqdist
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(131, 37)).astype(np.float32)  # rows not a multiple of the block
+    modes, inv = rng.normal(size=(6, 37)), 0.05
+    A = np.empty((131, 6))
+    kn.mode_kernel(X, modes, inv, A)
+    D2 = ((X[:, None, :].astype(np.float64) - modes[None]) ** 2).sum(-1)
+    np.testing.assert_allclose(A, np.exp(-D2 * inv), rtol=1e-12)
+    import numba
+
+    @numba.njit
+    def plain(X, modes, inv, out):  # mode by mode, each distance by sqdist
+        for p in range(X.shape[0]):
+            for l in range(modes.shape[0]):
+                out[p, l] = np.exp(-sqdist(X[p], modes[l]) * inv)
+    want = np.empty_like(A)
+    plain(X, modes, inv, want)
+    np.testing.assert_array_equal(A, want)  # the same sums, to the bit
+
+
 def test_bound_iteration_and_energy_match_dense_algebra():
     n, L, lam = 60, 4, 1.7
     W, g = _random_graph(n, 5, 0)
