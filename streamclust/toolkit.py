@@ -3,7 +3,7 @@ contract (``streamclust``) and the test kit (``streamclust.testing``).  Everythi
 package is private and may change.  ``docs/toolkit.md`` lists each name with its use.
 """
 from .base.checks import NON_NEGATIVE, POSITIVE, at_least, in_range
-from .base.distances import nearest_center, pairwise_sqdist
+from .base.distances import nearest_center, pairwise_sqdist, row_sq
 from .errors import DataError, ModelError, ParameterError, PluginError, StreamclustError
 from .run.executor import merge_sum, weights_of
 from .graph.knn import KNNGraph, KNNIndex
@@ -13,7 +13,7 @@ from .base.rowmath import softmax_into, sqdist
 from .data.batch import Batch
 from .data.filesystems import expand_files, local_fingerprint
 from .summaries import (WeightedSample, afkmc2, afkmc2_stream, afkmc2_trials, kmeans, kmeanspp,
-                        lightweight_coreset)
+                        kmeanspp_draws, lightweight_coreset)
 
 __all__ = [
     # parameter checks (Param(check=...))
@@ -25,11 +25,11 @@ __all__ = [
     # the default reduction of ctx.aggregate (to build a custom merge on)
     "merge_sum",
     # distances (NumPy / BLAS) and numba row helpers
-    "pairwise_sqdist", "nearest_center", "sqdist", "softmax_into",
+    "pairwise_sqdist", "nearest_center", "row_sq", "sqdist", "softmax_into",
     # counter-based random numbers for kernels
     "rng_init", "rng_next", "rng_uniform", "rng_below",
     # seeding, k-means, coresets
-    "kmeanspp", "afkmc2", "afkmc2_stream", "afkmc2_trials", "kmeans", "lightweight_coreset",
+    "kmeanspp", "kmeanspp_draws", "afkmc2", "afkmc2_stream", "afkmc2_trials", "kmeans", "lightweight_coreset",
     # metrics
     "Contingency", "nmi", "accuracy", "purity", "quantization_error",
     # kNN graph and index

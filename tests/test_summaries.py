@@ -105,6 +105,29 @@ def test_kmeanspp_equals_the_plain_rule_at_any_thread_count(n, d, k, trials, wei
     np.testing.assert_array_equal(got[0], got[1])
 
 
+def test_kmeanspp_draws_equal_successive_kmeanspp_calls():
+    from streamclust.toolkit import kmeanspp_draws
+    X = np.random.default_rng(2).normal(size=(700, 9)).astype(np.float32)
+    a, b = np.random.default_rng(5), np.random.default_rng(5)
+    for C, evals in kmeanspp_draws(X, 6, a, 4, trials=3):
+        C2, evals2 = kmeanspp(X, 6, b, trials=3)
+        np.testing.assert_array_equal(C, C2)
+        assert evals == evals2
+    assert a.random() == b.random()  # the same draws consumed
+
+
+def test_nearest_center_with_known_row_norms_is_the_same():
+    from streamclust.toolkit import nearest_center, row_sq
+    rng = np.random.default_rng(4)
+    X, C = rng.normal(size=(20000, 30)), rng.normal(size=(7, 30))
+    lab, d2 = nearest_center(X, C, chunk=3000)
+    lab2, d22 = nearest_center(X, C, chunk=3000, x_sq=row_sq(X))
+    np.testing.assert_array_equal(lab, lab2)
+    np.testing.assert_array_equal(d2, d22)
+    brute = ((X[:, None, :] - C[None]) ** 2).sum(-1)
+    np.testing.assert_array_equal(lab, brute.argmin(1))
+
+
 def test_sqdist_cols_sums_each_row_as_sqdist_does():
     from streamclust.base.rowmath import sqdist
     from streamclust.summaries.kernels import sqdist_cols, transpose_into

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from streamclust.toolkit import Contingency, DataError, kmeanspp, nearest_center
+from streamclust.toolkit import Contingency, DataError, kmeanspp_draws, nearest_center, row_sq
 
 from .passes import assign_step, merge_nearest, nearest_row_step
 
@@ -63,14 +63,15 @@ class Starts:
         L, n_draws = self.n_clusters, self.hyper["seedings"]
         labelled = self._truth is not None
         P = (ctx.take(self._val_ids) if labelled else S) if n_draws > 1 else None
-        P = None if P is None else np.asarray(P, np.float64)  # widened once, not per draw
+        if P is not None:  # widened and their norms taken once, not per draw
+            P = np.asarray(P, np.float64)
+            P_sq = row_sq(P)
         best, best_score = None, -np.inf
-        for _ in range(n_draws):
-            seeds, evals = kmeanspp(S, L, rng)
+        for seeds, evals in kmeanspp_draws(S, L, rng, n_draws):
             ctx.count_distances(evals)
             if P is None:  # one draw: nothing to compare
                 return seeds
-            nearest, d2 = nearest_center(P, seeds)
+            nearest, d2 = nearest_center(P, seeds, x_sq=P_sq)
             ctx.count_distances(len(P) * L)
             if labelled:
                 table = Contingency(L)

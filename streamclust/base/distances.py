@@ -4,22 +4,32 @@ from __future__ import annotations
 import numpy as np
 
 
-def pairwise_sqdist(X: np.ndarray, C: np.ndarray) -> np.ndarray:
-    """``||x - c||²`` for every row of X and C, in float64, clipped at 0."""
+def row_sq(X: np.ndarray) -> np.ndarray:
+    """``||x||²`` of every row in float64, as :func:`pairwise_sqdist` computes them (pass them
+    back as ``x_sq`` when the same rows meet many centre sets)."""
+    X = np.asarray(X, dtype=np.float64)
+    return (X * X).sum(axis=1)
+
+
+def pairwise_sqdist(X: np.ndarray, C: np.ndarray, x_sq=None) -> np.ndarray:
+    """``||x - c||²`` for every row of X and C, in float64, clipped at 0 (``x_sq``: the rows'
+    :func:`row_sq`, if known)."""
     X = np.asarray(X, dtype=np.float64)
     C = np.asarray(C, dtype=np.float64)
-    D = (X * X).sum(axis=1)[:, None] - 2.0 * (X @ C.T) + (C * C).sum(axis=1)[None, :]
+    x_sq = row_sq(X) if x_sq is None else x_sq
+    D = x_sq[:, None] - 2.0 * (X @ C.T) + (C * C).sum(axis=1)[None, :]
     np.maximum(D, 0.0, out=D)
     return D
 
 
-def nearest_center(X: np.ndarray, C: np.ndarray, chunk: int = 8192):
-    """``(labels int32, squared distance to the nearest centre float64)`` for every row."""
+def nearest_center(X: np.ndarray, C: np.ndarray, chunk: int = 8192, x_sq=None):
+    """``(labels int32, squared distance to the nearest centre float64)`` for every row
+    (``x_sq``: the rows' :func:`row_sq`, if known)."""
     n = len(X)
     labels = np.empty(n, dtype=np.int32)
     d2 = np.empty(n, dtype=np.float64)
     for s in range(0, n, chunk):
-        D = pairwise_sqdist(X[s:s + chunk], C)
+        D = pairwise_sqdist(X[s:s + chunk], C, None if x_sq is None else x_sq[s:s + chunk])
         lab = D.argmin(axis=1)
         labels[s:s + chunk] = lab
         d2[s:s + chunk] = D[np.arange(len(lab)), lab]

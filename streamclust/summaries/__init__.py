@@ -3,7 +3,9 @@
 May import: ``base``, ``data`` and the contract (``errors``)."""
 from .coreset import WeightedSample, importance_sample, lightweight_coreset
 from .lloyd import kmeans
-from .seeding import afkmc2, afkmc2_stream, afkmc2_trials, auto_trials, kmeanspp
+from .seeding import (afkmc2, afkmc2_stream, afkmc2_trials, auto_trials, kmeanspp,
+                      kmeanspp_draws)
 
 __all__ = ["WeightedSample", "importance_sample", "lightweight_coreset", "afkmc2",
-           "afkmc2_stream", "afkmc2_trials", "auto_trials", "kmeans", "kmeanspp"]
+           "afkmc2_stream", "afkmc2_trials", "auto_trials", "kmeans", "kmeanspp",
+           "kmeanspp_draws"]

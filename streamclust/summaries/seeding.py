@@ -22,15 +22,22 @@ def kmeanspp(X, k: int, rng: np.random.Generator, weights=None, trials: int = 1)
     ``trials > 1``: greedy k-means++ (each centre is the best of ``trials`` D² draws by the
     potential it leaves, as scikit-learn's); ``1`` is the plain algorithm.  One numba pass per
     centre and trial (every row's distance summed in its own fixed order, rows in parallel)."""
+    return next(kmeanspp_draws(X, k, rng, 1, weights, trials))
+
+
+def kmeanspp_draws(X, k: int, rng: np.random.Generator, draws: int, weights=None,
+                   trials: int = 1):
+    """``draws`` k-means++ seedings of the same ``X``, one after another: yields what that many
+    :func:`kmeanspp` calls with ``rng`` return, ``X`` transposed once for all of them."""
     X = np.asarray(X, dtype=np.float32)
-    w = _weights(X, weights)
+    w = np.ascontiguousarray(_weights(X, weights))
     trials = max(1, int(trials))
-    C = np.empty((k, X.shape[1]), dtype=np.float64)
     XT = np.empty((X.shape[1], X.shape[0]), dtype=np.float32)
     transpose_into(X, XT)
-    evals = kmeanspp_greedy(XT, np.ascontiguousarray(w), k, trials,
-                            rng.random(1 + (k - 1) * trials), C)
-    return C, int(evals)
+    for _ in range(draws):
+        C = np.empty((k, X.shape[1]), dtype=np.float64)
+        evals = kmeanspp_greedy(XT, w, k, trials, rng.random(1 + (k - 1) * trials), C)
+        yield C, int(evals)
 
 
 def _chains(c1, cand, q, w, k, m, rng):
