@@ -71,7 +71,7 @@ from . import kernels as kn
 from .update import Updates
 
 MODES = {"max": 1, "all": 2}
-BALANCES = {"hard": 0, "soft": 1, "capped": 2}
+BALANCES = {"hard": 0, "soft": 1, "capped": 2, "none": 0}  # none: hard with no limit
 
 
 def _moments_step(batch, _state, _params):
@@ -115,8 +115,9 @@ class NCutEmb(Updates, Algorithm):
         "hinge": Param("cs", str, "multiclass hinge: Crammer-Singer (cs) or one-vs-rest (ovr)",
                        choices=("cs", "ovr")),
         "balance": Param("capped", str, "balancing: soft (step × (N/C)/seen(c)), capped (soft, and "
-                         "skip c when seen(c) > N/C + cap) or hard (skip c when seen(c) > N/C + xi)",
-                         choices=("capped", "soft", "hard")),
+                         "skip c when seen(c) > N/C + cap), hard (skip c when seen(c) > N/C + xi) "
+                         "or none (clusters of any size)",
+                         choices=("capped", "soft", "hard", "none")),
         "balance_window": Param(100, int, "N: the last chosen classes the balance counts",
                                 at_least(2)),
         "xi": Param(10.0, float, "ξ: slack of the hard balance", NON_NEGATIVE),
@@ -260,7 +261,8 @@ class NCutEmb(Updates, Algorithm):
 
         def cfg_of(first=0, count=0, draws=float(e) * ctx.n_rows):
             return kn.Config(mode, BALANCES[h["balance"]], lr, h["eta_pos"], h["eta_neg"],
-                             h["cap"] if h["balance"] == "capped" else h["xi"], h["rounds"],
+                             {"capped": h["cap"], "none": np.inf}.get(h["balance"], h["xi"]),
+                             h["rounds"],
                              self.seed, e, self.n_clusters, h["l2"], h["hinge"] == "cs",
                              h["redirect"], float(draws), float(h["lr_draws"]), first, count)
         if self._update_epoch >= 0:  # an update (update.py)

@@ -225,6 +225,20 @@ def test_variants_find_well_separated_blobs(kw):
     assert nmi(y, m.predict(X)) > 0.95
 
 
+def test_balance_none_finds_clusters_of_unequal_sizes():
+    """One cluster of 1 800 rows and two of 200: the default balance splits the large one (it
+    steers the pairs towards equal classes), ``balance="none"`` leaves sizes to the data."""
+    from streamclust.toolkit import nmi
+    rng = np.random.default_rng(0)
+    X = np.vstack([rng.normal(0, 1, (1800, 5)), rng.normal(6, 1, (200, 5)),
+                   rng.normal(-6, 1, (200, 5))]).astype(np.float32)
+    y = np.repeat([0, 1, 2], [1800, 200, 200])
+    free = streamclust.fit(X, "ncutemb", 3, seed=0, balance="none", progress=False)
+    assert nmi(y, free.predict(X)) > 0.95
+    capped = streamclust.fit(X, "ncutemb", 3, seed=0, progress=False)
+    assert nmi(y, capped.predict(X)) < 0.5
+
+
 def test_group_rows_is_a_counting_sort():
     code = np.random.default_rng(4).integers(0, 7, 300)
     code[code == 3] = 2  # group 3 empty
