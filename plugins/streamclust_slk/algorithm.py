@@ -49,7 +49,7 @@ from streamclust.toolkit import DataError, KNNIndex, ParameterError
 from . import kernels as kn
 from .passes import (bound_step, energy_step, jacobi, kernel_only_step, kernel_step,
                      label_step, meanshift_step, merge_labels, merge_nearest, nearest_row_step)
-from .params import PARAMS, parse_grid
+from .params import PARAMS, n_starts, parse_grid
 from .sample import SampleSolve
 from .starts import Starts
 from .update import Updates
@@ -136,13 +136,13 @@ class SLK(Updates, Starts, Algorithm):
     def _screening(self) -> bool:
         h = self.hyper
         return (h["grid_search"] == "screen" and bool(h["validation_labels"]) and len(self._grid) > 1
-                and h["n_init"] > 1)
+                and n_starts(h) > 1)
 
     def _planned_runs(self) -> list:
         """(start, λ) of the runs known before any has finished: every start at the grid's first
         λ when screening (the other λ follow on the best start, see ``_extend_runs``), else every
         start at every λ."""
-        n = self.hyper["n_init"]
+        n = n_starts(self.hyper)
         if self._screening():
             return [(i, self._grid[0]) for i in range(n)]
         return [(i, lam) for i in range(n) for lam in self._grid]
@@ -151,7 +151,7 @@ class SLK(Updates, Starts, Algorithm):
         """After the screening runs: the grid's other λ on the start with the best validation
         accuracy (starts differ more than λ values: shuttle's five starts span validation accuracy
         0.38-0.77 at λ = 1, and the best of them stays the best at every λ of the grid)."""
-        if self._screening() and self._run + 1 == len(self._runs) == self.hyper["n_init"]:
+        if self._screening() and self._run + 1 == len(self._runs) == n_starts(self.hyper):
             best = self._runs[self._best["run"]][0]
             self._runs += [(best, lam) for lam in self._grid[1:]]
 

@@ -4,6 +4,19 @@ from streamclust import Param
 from streamclust.toolkit import NON_NEGATIVE, POSITIVE, ParameterError, at_least, in_range
 
 
+#: starts when ``n_init`` is 0: without labels, and with ``validation_labels`` (70 000 × 784
+#: digits, λ grid on a 10 % validation split, 3 seeds: ACC median 0.761 with 5, 0.872 with 10;
+#: without labels 10 starts cost 93 s against 63 s)
+AUTO_STARTS, AUTO_STARTS_LABELLED = 5, 10
+
+
+def n_starts(hyper: dict) -> int:
+    """The k-means++ starts of a fit: ``n_init``, or when 0 the automatic number."""
+    if hyper["n_init"]:
+        return hyper["n_init"]
+    return AUTO_STARTS_LABELLED if hyper["validation_labels"] else AUTO_STARTS
+
+
 def parse_grid(text: str) -> list:
     out = []
     for part in (p.strip() for p in text.split(",")):
@@ -34,8 +47,9 @@ PARAMS = {
                             "uniform sample of them (neighbours searched among it) and "
                             "extended to the other rows (0: all rows)", NON_NEGATIVE),
     "normalize": Param(True, bool, "L2-normalise every row first (the authors do)"),
-    "n_init": Param(5, int, "k-means++ starts; the best run is kept (validation accuracy, "
-                    "else lowest energy)", at_least(1)),
+    "n_init": Param(0, int, "k-means++ starts; the best run is kept (validation accuracy, "
+                    "else lowest energy); 0: 5, or 10 with validation_labels (the starts are "
+                    "then scored on labels: more of them find a better one)", NON_NEGATIVE),
     "grid_search": Param("screen", str, "with validation_labels and a λ grid: 'screen' "
                          "compares the starts at the grid's first λ and tries the other λ "
                          "on the best start only; 'full' runs every start at every λ",
