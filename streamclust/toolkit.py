@@ -29,7 +29,8 @@ __all__ = [
     # counter-based random numbers for kernels
     "rng_init", "rng_next", "rng_uniform", "rng_below",
     # seeding, k-means, coresets
-    "kmeanspp", "kmeanspp_draws", "afkmc2", "afkmc2_stream", "afkmc2_trials", "kmeans", "lightweight_coreset",
+    "kmeanspp", "kmeanspp_draws", "afkmc2", "afkmc2_stream", "afkmc2_trials", "kmeans",
+    "lightweight_coreset",
     # metrics
     "Contingency", "nmi", "accuracy", "purity", "quantization_error",
     # kNN graph and index

@@ -225,6 +225,7 @@ def kmeanspp_greedy(XT, w, k, trials, u, C):
     mind = np.empty(n)
     p = np.empty(n)
     newd = np.empty(n)
+    bestd = np.empty(n)  # the distances to the best trial so far (greedy): not computed again
     sqdist_cols(XT, C[0], mind)
     evals = n
     for i in range(1, k):
@@ -247,13 +248,15 @@ def kmeanspp_greedy(XT, w, k, trials, u, C):
             evals += n
             if pot < best_pot:
                 best, best_pot = c, pot
+                bestd[:] = newd
         C[i] = XT[:, best]
         if i < k - 1:
-            sqdist_cols(XT, C[i], newd)
+            if trials == 1:  # greedy trials computed the best one's distances already
+                sqdist_cols(XT, C[i], bestd)
+                evals += n
             for r in range(n):
-                if newd[r] < mind[r]:
-                    mind[r] = newd[r]
-            evals += n
+                if bestd[r] < mind[r]:
+                    mind[r] = bestd[r]
     return evals
 
 
