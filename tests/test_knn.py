@@ -356,3 +356,22 @@ def test_a_cell_far_over_cell_rows_is_split(tmp_path):
     finally:
         build.SPLIT_ROUNDS = saved
     assert max(json.load(open(tmp_path / "h" / "knn" / "knn.json"))["cells"]) > 2 * 400
+
+
+def test_cells_of_many_dimensions_widen_their_lists_to_the_recall_target(tmp_path):
+    """Gaussian rows of 40 dimensions: lists of 12 hold about 0.7 of a row's 10 nearest, so the
+    cell is built again with the width the miss asks for, and the graph reaches brute force's
+    neighbours; with the widening off it does not."""
+    from streamclust.graph import cellbuild
+    X = np.random.default_rng(4).normal(size=(6000, 40)).astype(np.float32)
+    ids, _ = _exact(X, 10)
+    g = streamclust.knn_graph(X, 10, work_dir=str(tmp_path / "g"), cell_rows=10_000)
+    width = np.load(tmp_path / "g" / "knn" / "cell_00000.ids.npy").shape[1]
+    assert 12 < width <= 40 and _recall(g.ids, ids) >= 0.975
+    saved = cellbuild.CELL_RECALL
+    try:
+        cellbuild.CELL_RECALL = 0.0
+        narrow = streamclust.knn_graph(X, 10, cell_rows=10_000)
+    finally:
+        cellbuild.CELL_RECALL = saved
+    assert _recall(narrow.ids, ids) < 0.9
