@@ -143,3 +143,34 @@ def test_the_projected_lower_bound_leaves_the_walk_as_it_is():
     # rows scattered in every direction: the directions hold too little, no bound is used
     noise = np.ascontiguousarray(rng.normal(size=(2000, 300)), dtype=np.float32)
     assert W.bound_basis(noise, [0])[1] is False
+
+
+def test_the_gram_join_changes_the_lists_as_the_plain_join_does():
+    """Long candidate lists join through their Gram matrix, skipping pairs its rounding bound
+    rules out: the lists equal the plain join's to the bit, rows far from the origin included
+    (the norms' cancellation is what the bound covers)."""
+    rng = np.random.default_rng(7)
+    X = (rng.normal(size=(1500, 200)) + 30.0 * rng.normal(size=(1, 200))).astype(np.float32)
+    X[::7] = X[1::7] + np.float32(1e-3)  # near copies: distances far below the norms
+    mc = D.GRAM_CANDIDATES
+    lists = _lists(len(X), 24)
+    D.random_init(X, lists, 0, 3)
+    plain = tuple(a.copy() for a in lists)
+    new = np.full((len(X), mc), -1, np.int32)
+    old = np.full((len(X), mc), -1, np.int32)
+    for r in range(len(X)):
+        n_new, n_old = rng.integers(1, mc + 1), rng.integers(0, mc + 1)
+        pick = rng.choice(len(X), n_new + n_old, replace=False)
+        new[r, :n_new], old[r, :n_old] = pick[:n_new], pick[n_new:]
+    sq = D._sq_norms(X)
+    buf = (np.empty((2 * mc, X.shape[1]), np.float32), np.empty(2 * mc, np.int32))
+    changed = [0, 0]
+    for r in range(len(X)):
+        changed[0] += D._join_row(X, plain, new[r], old[r])
+        changed[1] += D._join_row_gram(X, lists, (new[r], old[r]), (sq, np.sqrt(sq)), buf)
+    assert changed[0] == changed[1] > 0
+    for a, b in zip(plain, lists):
+        np.testing.assert_array_equal(a, b)
+    ids, d2 = lists[0][:200], lists[1][:200]
+    true = ((X[:200, None, :].astype(np.float64) - X[ids]) ** 2).sum(2)
+    np.testing.assert_allclose(d2, true, rtol=1e-4, atol=1e-3)  # the distances of the ids

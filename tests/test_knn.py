@@ -375,3 +375,28 @@ def test_cells_of_many_dimensions_widen_their_lists_to_the_recall_target(tmp_pat
     finally:
         cellbuild.CELL_RECALL = saved
     assert _recall(narrow.ids, ids) < 0.9
+
+
+def test_a_probe_starts_a_wide_cell_of_many_dimensions_with_long_lists(tmp_path, caplog):
+    """20 000 rows, 160 wide, spread over 40 dimensions: the probe of 5 000 rows foresees lists
+    of 12 short, so the cell is built with longer lists at once (no second build) and the graph
+    holds brute force's neighbours; rows of 160 features in a 4-dimensional subspace are left at
+    the default width."""
+    import logging
+    from streamclust.graph import cellbuild
+    rng = np.random.default_rng(5)
+    basis = np.linalg.qr(rng.normal(size=(160, 40)))[0].T
+    X = (rng.normal(size=(20_000, 40)) @ basis).astype(np.float32)
+    settings = {"degree": 12, "k": 10, "max_candidates": 24}
+    assert cellbuild._start_width(X[:3000], settings, [0]) == 12  # too few rows to probe
+    assert cellbuild._start_width(X[:, :128].copy(), settings, [0]) == 12  # not wide
+    assert cellbuild._start_width((X[:, :4] @ basis[:4]).astype(np.float32), settings, [0]) == 12
+    with caplog.at_level(logging.DEBUG, logger="streamclust"):
+        g = streamclust.knn_graph(X, 10, work_dir=str(tmp_path / "g"), threads=1)
+    assert "a probe of 5000" in caplog.text and "next" not in caplog.text
+    assert np.load(tmp_path / "g" / "knn" / "cell_00000.ids.npy").shape[1] > 12
+    sample = np.arange(0, 20_000, 67)
+    Y = X.astype(np.float64)
+    d = (Y[sample] ** 2).sum(1)[:, None] - 2 * Y[sample] @ Y.T + (Y ** 2).sum(1)[None]
+    d[np.arange(len(sample)), sample] = np.inf
+    assert _recall(g.ids[sample], np.argsort(d, 1)[:, :10]) >= 0.975

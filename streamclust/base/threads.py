@@ -23,5 +23,6 @@ def limit_blas(threads: int | None):
     (measured on 2 cores: ISM fits ×2-3 faster with single-threaded BLAS)."""
     if threads is None:
         return contextlib.nullcontext()
-    from threadpoolctl import threadpool_limits
+    import scipy.linalg.cython_blas  # noqa: F401  numba kernels' np.dot runs scipy's BLAS: loaded
+    from threadpoolctl import threadpool_limits  # now, so that the limit reaches it
     return threadpool_limits(limits=int(threads), user_api="blas")

@@ -104,6 +104,10 @@ def random_init(X, lists, start, seed):
                 _push(ids, d2, flags, r, c, _d2(X, r, c))
 
 
+#: candidate lists at least this long join through their Gram matrix (see :func:`_join_row_gram`)
+GRAM_CANDIDATES = 48
+
+
 @njit(cache=True, nogil=True)
 def descent(X, lists, params):
     """NN-descent on the cell rows ``X`` (m × d float32) and their ``lists = (ids, d2, flags)``
@@ -117,54 +121,139 @@ def descent(X, lists, params):
     old = np.empty((m, mc), np.int32)
     pn = np.empty((m, mc), np.float32)
     po = np.empty((m, mc), np.float32)
+    gram = mc >= GRAM_CANDIDATES
+    sq = _sq_norms(X) if gram else np.empty(0, np.float32)
+    norms = (sq, np.sqrt(sq))
+    buf = (np.empty((2 * mc, X.shape[1]) if gram else (0, X.shape[1]), np.float32),
+           np.empty(2 * mc, np.int32))
     for it in range(max_it):
-        new[:] = -1
-        old[:] = -1
-        for r in range(m):
-            for t in range(k):
-                c = ids[r, t]
-                if c >= 0 and flags[r, t]:
-                    p = np.float32(np.random.random())
-                    _sample(new, pn, r, c, p)
-                    _sample(new, pn, c, r, p)
-        for r in range(m):  # old candidates matter only beside new ones (most rows, late on)
-            for t in range(k):
-                c = ids[r, t]
-                if c < 0 or flags[r, t] or (new[r, 0] < 0 and new[c, 0] < 0):
-                    continue
-                p = np.float32(np.random.random())
-                if new[r, 0] >= 0:
-                    _sample(old, po, r, c, p)
-                if new[c, 0] >= 0:
-                    _sample(old, po, c, r, p)
-        for r in range(m):  # the new entries sampled are old from now on
-            for t in range(k):
-                c = ids[r, t]
-                if c < 0 or not flags[r, t]:
-                    continue
-                for u in range(mc):
-                    if new[r, u] == c:
-                        flags[r, t] = 0
-                        break
+        _candidates(lists, (new, old, pn, po))
         changed = 0
         for r in range(m):
-            for a in range(mc):
-                p = new[r, a]
-                if p < 0:
-                    continue
-                for b in range(a + 1, mc):
-                    q = new[r, b]
-                    if q < 0:
-                        continue
-                    changed += _join(X, ids, d2, flags, p, q)
-                for b in range(mc):
-                    q = old[r, b]
-                    if q < 0 or q == p:
-                        continue
-                    changed += _join(X, ids, d2, flags, p, q)
+            if gram:
+                changed += _join_row_gram(X, lists, (new[r], old[r]), norms, buf)
+            else:
+                changed += _join_row(X, lists, new[r], old[r])
         if changed <= delta * k * m:
             return it + 1
     return max_it
+
+
+@njit(cache=True, nogil=True)
+def _candidates(lists, cand):
+    """Each row's new and old candidates, sampled from its list and its reverse edges into
+    ``cand = (new, old, new priorities, old priorities)``; the new entries sampled are flagged
+    old from then on."""
+    ids, d2, flags = lists
+    new, old, pn, po = cand
+    m, k = ids.shape
+    mc = new.shape[1]
+    new[:] = -1
+    old[:] = -1
+    for r in range(m):
+        for t in range(k):
+            c = ids[r, t]
+            if c >= 0 and flags[r, t]:
+                p = np.float32(np.random.random())
+                _sample(new, pn, r, c, p)
+                _sample(new, pn, c, r, p)
+    for r in range(m):  # old candidates matter only beside new ones (most rows, late on)
+        for t in range(k):
+            c = ids[r, t]
+            if c < 0 or flags[r, t] or (new[r, 0] < 0 and new[c, 0] < 0):
+                continue
+            p = np.float32(np.random.random())
+            if new[r, 0] >= 0:
+                _sample(old, po, r, c, p)
+            if new[c, 0] >= 0:
+                _sample(old, po, c, r, p)
+    for r in range(m):
+        for t in range(k):
+            c = ids[r, t]
+            if c < 0 or not flags[r, t]:
+                continue
+            for u in range(mc):
+                if new[r, u] == c:
+                    flags[r, t] = 0
+                    break
+
+
+@njit(cache=True, nogil=True)
+def _join_row(X, lists, new, old):
+    """One row's local join: every new candidate against the later new ones and the old ones;
+    returns the list entries changed."""
+    ids, d2, flags = lists
+    mc = new.shape[0]
+    changed = 0
+    for a in range(mc):
+        p = new[a]
+        if p < 0:
+            continue
+        for b in range(a + 1, mc):
+            q = new[b]
+            if q < 0:
+                continue
+            changed += _join(X, ids, d2, flags, p, q)
+        for b in range(mc):
+            q = old[b]
+            if q < 0 or q == p:
+                continue
+            changed += _join(X, ids, d2, flags, p, q)
+    return changed
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _sq_norms(X):
+    out = np.empty(X.shape[0], np.float32)
+    for i in range(X.shape[0]):
+        s = np.float32(0.0)
+        for j in range(X.shape[1]):
+            s += X[i, j] * X[i, j]
+        out[i] = s
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _join_row_gram(X, lists, cand, norms, buf):
+    """:func:`_join_row` with the candidates' products taken at once (their rows gathered into
+    ``buf``, one BLAS product; ``norms``: the rows' squared norms and norms): a pair whose distance from norms and product, less its
+    rounding bound (2 (d + 8) units of roundoff times (|p| + |q|)², never less than the
+    error of both sums), is beyond the last entry of both lists cannot enter either and is not
+    compared; every other pair is, as before, so the lists are the plain join's to the bit.
+    Long candidate lists only: a 73 000-row cell of 384-wide embeddings with lists of 32 and
+    64 candidates, 17.3 -> 15.1 s; with 24 candidates a 784-wide digits cell took longer."""
+    ids, d2, flags = lists
+    new, old = cand
+    sq, nrm = norms
+    rows, who = buf
+    mc, k = new.shape[0], ids.shape[1]
+    nn = 0
+    for a in range(mc):
+        if new[a] >= 0:
+            who[nn] = new[a]
+            nn += 1
+    if nn == 0:
+        return 0
+    na = nn
+    for b in range(mc):
+        if old[b] >= 0:
+            who[na] = old[b]
+            na += 1
+    for i in range(na):
+        rows[i] = X[who[i]]
+    G = np.dot(rows[:nn], rows[:na].T)
+    u = 2.0 * (X.shape[1] + 8) * 2.0 ** -24
+    changed = 0
+    for a in range(nn):
+        p = who[a]
+        for b in range(a + 1, na):
+            q = who[b]
+            if q == p:
+                continue
+            s = nrm[p] + nrm[q]
+            if sq[p] + sq[q] - 2.0 * G[a, b] - u * s * s < max(d2[p, k - 1], d2[q, k - 1]):
+                changed += _join(X, ids, d2, flags, p, q)
+    return changed
 
 
 @njit(cache=True, nogil=True)
