@@ -315,7 +315,10 @@ def test_reference_rows_of_at_least_the_data_is_the_ordinary_graph(tmp_path):
         streamclust.knn_graph(X, 4, reference_rows=3)
 
 
-def test_appended_rows_are_searched_among_the_same_reference_rows(tmp_path):
+def test_appended_rows_grow_the_reference_sample_at_its_rate(tmp_path):
+    """An extension draws the sample's share of the new rows into it (10 % here, as of the old
+    rows); new rows find their nearest among the grown sample, old sampled rows take new sampled
+    rows that are nearer, other old rows keep their lists (they are not searched again)."""
     X, _ = make_blobs(n=3300, k=6, d=8, seed=5, spread=1.0)
     X = X.astype(np.float32)
     data = write_parquet_dir(str(tmp_path / "d"), X, files=11)
@@ -329,10 +332,20 @@ def test_appended_rows_are_searched_among_the_same_reference_rows(tmp_path):
     os.rename(str(tmp_path / "held-back.parquet"), os.path.join(data, later))
     g2 = streamclust.knn_graph(data, 5, **opts)
     assert g2.status == "appended" and len(g2.ids) == 3300
-    np.testing.assert_array_equal(_reference(work), ref)
-    np.testing.assert_array_equal(g2.ids[:n1], old)  # old rows keep their lists
-    D = ((X[n1:, None, :].astype(np.float64) - X[ref][None]) ** 2).sum(2)
-    assert _recall(g2.ids[n1:], ref[np.argsort(D, axis=1, kind="stable")[:, :5]]) >= 0.99
+    grown = _reference(work)
+    added = grown[len(ref):]
+    np.testing.assert_array_equal(grown[:len(ref)], ref)
+    assert len(added) == round(500 * 300 / 3000) and (added >= n1).all() and (np.diff(grown) > 0).all()
+    ids = np.asarray(g2.ids)
+    outside = ~np.isin(np.arange(n1), ref)
+    np.testing.assert_array_equal(ids[:n1][outside], old[outside])  # not searched again
+    assert np.isin(ids, grown).all()
+    D = ((X[:, None, :].astype(np.float64) - X[grown][None]) ** 2).sum(2)
+    D[grown, np.arange(len(grown))] = np.inf
+    exact = grown[np.argsort(D, axis=1, kind="stable")[:, :5]]
+    assert _recall(ids[n1:], exact[n1:]) >= 0.99
+    assert _recall(ids[ref], exact[ref]) >= 0.97  # old sampled rows meet the new sampled rows
+    assert _recall(old[ref], exact[ref]) < 0.95  # (which they had not)
 
 
 def test_a_cell_far_over_cell_rows_is_split(tmp_path):

@@ -18,9 +18,10 @@ def _write(path, X, y):
 
 
 def test_slk_with_a_reference_sample_extends_the_new_rows_by_the_predict_rule(tmp_path):
-    """Above reference_rows the update is one pass over the new rows: old rows keep their
-    labels exactly, new rows get what the fitted model's predict gives them (the same rule
-    over the same sampled rows; neighbours found by different searches may differ)."""
+    """Above reference_rows, new rows of the fitted classes: no move is kept, old rows keep
+    their labels exactly and the modes stay, new rows get what the fitted model's predict gives
+    them (the same rule; the sample grew by some new rows, and neighbours found by different
+    searches may differ)."""
     X, y = make_blobs(n=9000, k=5, d=6, seed=21, spread=1.0)
     data = tmp_path / "data"
     data.mkdir()
@@ -34,6 +35,45 @@ def test_slk_with_a_reference_sample_extends_the_new_rows_by_the_predict_rule(tm
     assert np.array_equal(m2.modes_, m1.modes_)
     agree = (m2.public_labels(m2.labels_[6000:]) == m1.predict(X[6000:])).mean()
     assert agree > 0.99, agree
+    assert not any(m["kept"] for m in m2.history[-1]["moves"])
+
+
+def test_slk_gives_a_class_only_the_new_rows_hold_a_cluster_and_a_new_id(tmp_path):
+    """Above reference_rows, 12 000 rows of 5 blobs fitted with k = 6 (one blob split in two),
+    then 6 000 rows that also hold a sixth blob: the sample takes some of them, a move merges
+    the split blob and gives the sixth a mode, with an id never used; the other blobs keep
+    their ids on their old rows.  (Before moves, the new blob's rows were extended from a
+    sample without it and joined an old cluster.)"""
+    from sklearn.metrics import adjusted_rand_score
+    C = np.random.default_rng(3).normal(0, 8, (6, 8))
+    data = tmp_path / "data"
+    data.mkdir()
+    parts = []
+    for f in range(3):
+        rng = np.random.default_rng([3, f])
+        y = rng.choice(np.arange(6 if f == 2 else 5), 6000)
+        X = C[y] + rng.normal(0, 1, (6000, 8))
+        parts.append((X, y))
+    for f in range(2):
+        _write(str(data / f"p{f}.parquet"), *parts[f])
+    m1 = streamclust.fit(str(data), "slk", 6, features="x", reference_rows=3000, n_init=2,
+                         work_dir=str(tmp_path / "w"), progress=False)
+    _write(str(data / "p2.parquet"), *parts[2])
+    m2 = streamclust.update(str(data), str(tmp_path / "w"), progress=False)
+    moves = m2.history[-1]["moves"]
+    assert moves[0]["kept"] and moves[0]["new_share"] > 0.9
+    X, y = parts[2]
+    blob = m2.predict(X[y == 5])
+    top = np.bincount(blob).argmax()
+    assert (blob == top).mean() > 0.95 and top == 6 and m2.info["update"]["ids"]["appeared"] == [6]
+    old_X, old_y = np.concatenate([parts[0][0], parts[1][0]]), np.concatenate([parts[0][1], parts[1][1]])
+    before, after = m1.public_labels(m1.labels_), m2.public_labels(m2.labels_[:12000])
+    assert adjusted_rand_score(before, after) > 0.8
+    for c in range(5):  # a blob that was one cluster keeps its id
+        ids = np.unique(before[old_y == c])
+        if len(ids) == 1:
+            assert (after[old_y == c] == ids[0]).mean() > 0.99
+    assert (m2.predict(X[y != 5]) != 6).mean() > 0.99
 
 
 def test_infex_gives_a_new_class_an_exemplar_and_a_new_id(tmp_path):

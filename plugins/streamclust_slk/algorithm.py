@@ -165,7 +165,8 @@ class SLK(Updates, Starts, Algorithm):
               "best": None, "sigma2": self.sigma2_, "update_mode": self._update_mode}
         if self._best is not None:
             b = self._best
-            st["best"] = {"score": b["score"], "run": b["run"], "lambda": b["lambda"], "E": b["E"]}
+            st["best"] = {"score": b["score"], "run": b["run"], "lambda": b["lambda"], "E": b["E"],
+                          "E_sample": b.get("E_sample")}
             st.update(best_mode_ids=b["mode_ids"], best_modes=b["modes"], best_labels=b["labels"])
         return st
 
@@ -204,8 +205,8 @@ class SLK(Updates, Starts, Algorithm):
         if self._sample is not None:  # reference rows: solved on the sample, then extended
             ctx.count_distances(ctx.aggregate(kernel_only_step, (self._modes, self._inv2s2),
                                               state=(self._A,)))
-            it, bound, E = self._sample.solve(ctx, self._A, self._Z[self._cur], self._lam,
-                                              h["bound_tol"], h["bound_max_iter"])
+            it, bound, E, self._E_sample = self._sample.solve(
+                ctx, self._A, self._Z[self._cur], self._lam, h["bound_tol"], h["bound_max_iter"])
         else:
             ctx.count_distances(ctx.aggregate(kernel_step, (self._modes, self._inv2s2),
                                               state=(self._A, self._Z[self._cur])))
@@ -281,6 +282,7 @@ class SLK(Updates, Starts, Algorithm):
             for s in range(0, ctx.n_rows, 1 << 16):
                 self._best_Z.array[s:s + (1 << 16)] = Z[s:s + (1 << 16)]
             self._best = {"score": score, "run": self._run, "lambda": self._lam, "E": E,
+                          "E_sample": getattr(self, "_E_sample", None),
                           "mode_ids": self.mode_ids_.copy(), "modes": self._modes.copy(),
                           "labels": labels_all.astype(np.int32)}
         return out

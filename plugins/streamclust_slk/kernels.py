@@ -37,28 +37,46 @@ def mode_kernel(X, modes, inv_two_sigma2, out):
                 out[p, l] = np.exp(-acc[l] * inv_two_sigma2)
 
 
+@nb.njit(cache=True, inline="always")
+def _bound_row(p, a, graph, Z_old, lam, s):
+    """s = softmax(a + λ Σ_q w_pq z_q(old)) for row ``p`` of the graph; returns −logsumexp."""
+    indptr, indices, weights = graph
+    L = a.shape[0]
+    for l in range(L):
+        s[l] = 0.0
+    for e in range(indptr[p], indptr[p + 1]):
+        q = indices[e]
+        w = weights[e]
+        for l in range(L):
+            s[l] += w * Z_old[q, l]
+    for l in range(L):
+        s[l] = a[l] + lam * s[l]
+    return -softmax_into(s, s)
+
+
 @nb.njit(cache=True, parallel=True)
 def bound_rows(start, A, graph, Z_old, lam, Z_new):
     """One Jacobi bound iteration for rows ``start .. start + len(A)``:
     z_p ← softmax(a_p + λ Σ_q w_pq z_q(old)).  Returns the bound energy of the range,
     Σ_p [z_pᵀ log z_p − a_pᵀ z_p − λ z_pᵀ (W Z_old)_p], with the new z.  At z_p = softmax(s_p),
-    s_p = a_p + λ (W Z_old)_p, the bracket is −logsumexp(s_p): one log per row, not L."""
-    indptr, indices, weights = graph
-    n, L = A.shape
+    s_p = a_p + λ (W Z_old)_p, the bracket is −logsumexp(s_p): one log per row, not L.  The
+    sums are built in place in Z_new: no (n × L) buffer to fault in each iteration."""
+    n = A.shape[0]
     parts = np.zeros(n)
     for i in nb.prange(n):
-        p = start + i
-        s = Z_new[i]  # the sums built in place: no (n × L) buffer to fault in each iteration
-        for l in range(L):
-            s[l] = 0.0
-        for e in range(indptr[p], indptr[p + 1]):
-            q = indices[e]
-            w = weights[e]
-            for l in range(L):
-                s[l] += w * Z_old[q, l]
-        for l in range(L):
-            s[l] = A[i, l] + lam * s[l]
-        parts[i] = -softmax_into(s, s)
+        parts[i] = _bound_row(start + i, A[i], graph, Z_old, lam, Z_new[i])
+    return parts.sum()
+
+
+@nb.njit(cache=True, parallel=True)
+def bound_subset(rows, A, graph, Z_old, lam, Z_new):
+    """:func:`bound_rows` for the rows ``rows`` of the graph only (``A``, ``Z_old`` and ``Z_new``
+    hold every row; the others are left as they are): an update's iterations over its new
+    sampled rows.  Returns the bound energy of those rows."""
+    parts = np.zeros(len(rows))
+    for i in nb.prange(len(rows)):
+        p = rows[i]
+        parts[i] = _bound_row(p, A[p], graph, Z_old, lam, Z_new[p])
     return parts.sum()
 
 

@@ -63,22 +63,48 @@ class SampleSolve:
     def n_rows(self) -> int:
         return len(self.ref)
 
-    def solve(self, ctx, A_state, Z_state, lam: float, tol: float, max_iter: int):
-        """Bound iterations on the sample from z = softmax(a) (``A_state`` holds a from the
-        kernel pass), then the pass that extends z to every row (into ``Z_state``); returns (iterations, bound energy of the sample, discrete
-        energy of all rows)."""
-        A = np.asarray(A_state.array[self.ref[self.order]], np.float64)
+    def jacobi(self, A, lam: float, tol: float, max_iter: int, Z0=None, active=None):
+        """Bound iterations on the sample (``A``: its kernel values, m × L in the order of
+        ``ref``) from ``Z0`` (default z = softmax(a)); with ``active`` (bool, in the order of
+        ``ref``) over those rows only, the others held at ``Z0``.  Returns (z, labels, discrete
+        energy of the sample, bound energy, iterations), z and labels in the order of ``ref``."""
+        o = self.order
+        A = np.ascontiguousarray(A[o], np.float64)
         Z = [np.empty_like(A), np.empty_like(A)]
-        kn.softmax_rows(A, Z[0])
+        if Z0 is None:
+            kn.softmax_rows(A, Z[0])
+        else:
+            Z[0][:] = Z0[o]
+        if active is None:
+            step = lambda: kn.bound_rows(0, A, self.graph, Z[0], lam, Z[1])  # noqa: E731
+        else:
+            rows = np.flatnonzero(active[o]).astype(np.int64)
+            Z[1][:] = Z[0]
+            step = lambda: kn.bound_subset(rows, A, self.graph, Z[0], lam, Z[1])  # noqa: E731
         def iteration():
-            bound = kn.bound_rows(0, A, self.graph, Z[0], lam, Z[1])
+            bound = step()
             Z.reverse()
             return bound
         it, bound = jacobi(iteration, tol, max_iter)
         labels = Z[0].argmax(1).astype(np.int32)
         energy = kn.discrete_energy_rows(0, A, self.graph, labels, lam)
         Zs, ls = np.empty_like(A), np.empty_like(labels)  # back to the order of the ids
-        Zs[self.order], ls[self.order] = Z[0], labels
-        energy += ctx.aggregate(extend_step, (self.ids, (self.ref, Zs, ls), lam),
-                                state=(A_state, Z_state))
-        return it, float(bound), float(energy)
+        Zs[o], ls[o] = Z[0], labels
+        return Zs, ls, float(energy), float(bound), it
+
+    def energy(self, A, labels, lam: float) -> float:
+        """The sample's discrete energy at ``labels`` (``A``, labels in the order of ``ref``)."""
+        o = self.order
+        return float(kn.discrete_energy_rows(0, np.ascontiguousarray(A[o], np.float64),
+                                             self.graph, np.ascontiguousarray(labels[o]), lam))
+
+    def solve(self, ctx, A_state, Z_state, lam: float, tol: float, max_iter: int):
+        """Bound iterations on the sample from z = softmax(a) (``A_state`` holds a from the
+        kernel pass), then the pass that extends z to every row (into ``Z_state``); returns
+        (iterations, bound energy of the sample, discrete energy of all rows, that of the
+        sample)."""
+        A = np.asarray(A_state.array[self.ref], np.float64)
+        Zs, ls, energy, bound, it = self.jacobi(A, lam, tol, max_iter)
+        rest = ctx.aggregate(extend_step, (self.ids, (self.ref, Zs, ls), lam),
+                             state=(A_state, Z_state))
+        return it, bound, energy + float(rest), energy

@@ -13,7 +13,8 @@ each enters the lists of the old rows it found and meets the other new rows that
 their neighbours, :func:`.descent.join_new`); they are searched in other
 cells as in a full build, with ``2k`` neighbours kept; each old row takes the new rows that
 found it and are nearer than its k-th (reverse edges).  Old rows are not searched again, so the
-work follows the new rows.
+work follows the new rows.  With a reference sample, the sample takes the new rows at the rate it
+took the old ones; only those are indexed and enter old rows' lists.
 """
 from __future__ import annotations
 
@@ -210,6 +211,8 @@ def extend_build(st, out, old_graph, n_old, old_counts):
     counts = np.asarray(old_counts, np.int64) + new_counts
     if counts.max() > 2 * max(st.settings["cell_rows"], max(old_counts)):
         return None
+    reference = st.settings.get("reference_rows", 0)
+    is_ref = _grow_reference(d, st.settings["seed"], n_old, n) if reference else None
     kq = 2 * k
     t0 = time.perf_counter()
     new = _lists(os.path.join(d, "scratch_new.ids.npy"), os.path.join(d, "scratch_new.d2.npy"),
@@ -231,10 +234,14 @@ def extend_build(st, out, old_graph, n_old, old_counts):
             old = rows < n_old
             insert_rows((np.asarray(ids), np.asarray(d2)), rows[old],
                         (np.asarray(r_ids[a:b])[old], _root(r_d2[a:b])[old]))
-    reference = st.settings.get("reference_rows", 0)
-    if not reference:  # with reference rows new rows are not indexed: old rows keep their lists
+    if not reference:
         reverse_edges((np.asarray(ids), np.asarray(d2)), (np.asarray(new[0]), _root(new[1])),
                       n_old, n_old)
+    else:  # only the new rows the sample took are indexed: only they enter old rows' lists
+        for s, e in _chunks(0, n - n_old, bs):
+            keep = is_ref[s:e, None]
+            reverse_edges((np.asarray(ids), np.asarray(d2)),
+                          (np.where(keep, new[0][s:e], -1), _root(new[1][s:e])), n_old + s, n_old)
     for s in range(0, n - n_old, bs):
         e = min(n - n_old, s + bs)
         ids[n_old + s:n_old + e], d2[n_old + s:n_old + e] = new[0][s:e, :k], _root(new[1][s:e, :k])
@@ -244,6 +251,22 @@ def extend_build(st, out, old_graph, n_old, old_counts):
     log.debug("kNN graph extended by %d rows: cells %.1f s, searches in other cells %.1f s, "
               "old rows' lists %.1f s", n - n_old, t1 - t0, t2 - t1, time.perf_counter() - t2)
     return counts
+
+
+def _grow_reference(directory, seed, n_old, n):
+    """The reference sample grown by the appended rows at the rate it sampled the old ones
+    (``reference.npy`` rewritten; a sample of the new rows drawn from the seed and ``n_old``),
+    so that it stays a uniform sample of all rows and a class only the new rows hold is in it;
+    returns which of the new rows it took (bool)."""
+    ref = np.load(reference_path(directory), allow_pickle=False)
+    old = ref[ref < n_old]  # (a build stopped after writing the grown sample redraws the same)
+    count = int(round(len(old) * (n - n_old) / n_old))
+    rng = np.random.default_rng([seed, 0x726566, n_old])
+    took = np.sort(rng.choice(n - n_old, count, replace=False))
+    atomic_save_npy(reference_path(directory), np.concatenate([old, took + n_old]))
+    is_ref = np.zeros(n - n_old, bool)
+    is_ref[took] = True
+    return is_ref
 
 
 def _root(d2):
