@@ -243,6 +243,38 @@ def test_parallel_cells_are_deterministic():
     assert _recall(a.ids, _exact(X, 5)[0]) >= 0.99
 
 
+def test_an_extended_cell_index_takes_the_joined_rows_and_answers_as_brute_force(tmp_path):
+    """Rows appended after the index was built: each grown cell keeps its hnswlib index of the
+    old rows (``.part.bin``) and the next load adds only the rows that joined it; the index then
+    holds every row of its cell and answers new queries as brute force does."""
+    from streamclust.graph.knn import load_index
+    X, _ = make_blobs(n=3300, k=6, d=8, seed=5, spread=1.0)
+    X = X.astype(np.float32)
+    data = write_parquet_dir(str(tmp_path / "d"), X[:3000], files=10)
+    work = str(tmp_path / "w")
+    opts = dict(work_dir=work, features="embedding", cell_rows=500, threads=2, batch_size=256)
+    streamclust.knn_graph(data, 5, **opts)
+    knn = os.path.join(work, "knn")
+    load_index(knn)
+    built = {f: os.path.getmtime(os.path.join(knn, f)) for f in os.listdir(knn)
+             if f.startswith("cell_") and f.endswith(".bin")}
+    write_parquet_dir(str(tmp_path / "more"), X[3000:], files=1)
+    os.rename(os.path.join(str(tmp_path / "more"), os.listdir(str(tmp_path / "more"))[0]),
+              os.path.join(data, "zz-late.parquet"))
+    g = streamclust.knn_graph(data, 5, **opts)
+    assert g.status == "appended"
+    parts = [f for f in os.listdir(knn) if f.endswith(".part.bin")]
+    assert parts and all(f.replace(".part", "") not in os.listdir(knn) for f in parts)
+    index = load_index(knn)
+    assert not [f for f in os.listdir(knn) if f.endswith(".part.bin")]
+    assert index.n_rows == 3300 and sorted(built) == sorted(
+        f for f in os.listdir(knn) if f.startswith("cell_") and f.endswith(".bin"))
+    Q = X[3000:] + np.float32(0.05)
+    ids, _ = index.query(Q, 5)
+    D = ((Q[:, None, :].astype(np.float64) - X[None].astype(np.float64)) ** 2).sum(2)
+    assert _recall(ids, np.argsort(D, axis=1)[:, :5]) >= 0.99
+
+
 def test_knn_index_query_of_new_rows_in_memory_and_on_demand(tmp_path):
     """New rows against brute force; a saved index of more than 8 cells reads its cells on
     demand (at most 8 held) and answers as the in-memory one."""

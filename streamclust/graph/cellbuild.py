@@ -13,6 +13,7 @@ import numpy as np
 
 from ..base.atomic import atomic_path
 from .files import (bucket_rows, cell_path, graph_paths, indexed, load_graph, open_rows,
+                    partial_cell_path,
                     result_paths, rows_path)
 from .trees import forest, locality_order, tree_starts
 from .walk import CellSearch, search_graph
@@ -80,8 +81,11 @@ def build_cell(source, directory, c, lists, settings, batch_size, kq, extend=Fal
         ids, d2 = _widen(Xc, (ids, d2, flags), settings, rng)
         log.debug("kNN cell %d: %d rows read in %.2f s, NN-descent %d iterations %.2f s", c,
                   m, t1 - t0, its, time.perf_counter() - t1)
-    if os.path.exists(cell_path(directory, c)):  # the hnswlib index of fewer rows is stale
-        os.remove(cell_path(directory, c))
+    if os.path.exists(cell_path(directory, c)):  # an index of fewer rows: the new ones join it
+        if mo and m > mo:  # when it is next loaded (its rows are the first of the cell's)
+            os.replace(cell_path(directory, c), partial_cell_path(directory, c))
+        elif m != mo:
+            os.remove(cell_path(directory, c))
     for path, arr in zip(graph_paths(directory, c), (members, ids, d2)):
         with atomic_path(path, suffix=".tmp.npy") as tmp:
             np.save(tmp, arr, allow_pickle=False)

@@ -23,6 +23,11 @@ def cell_path(directory: str, c: int) -> str:
     return os.path.join(directory, f"cell_{c:05d}.bin")
 
 
+def partial_cell_path(directory: str, c: int) -> str:
+    """A cell's hnswlib index of the rows it had before an extension (rows join it later)."""
+    return os.path.join(directory, f"cell_{c:05d}.part.bin")
+
+
 def result_paths(directory: str, tag: str, c: int):
     base = os.path.join(directory, f"scratch_{tag}_{c:05d}")
     return base + ".ids.npy", base + ".d2.npy"

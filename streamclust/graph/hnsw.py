@@ -2,11 +2,13 @@
 queries of ``predict`` through the training rows): build, save, load, search."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from ..base.atomic import atomic_path
 from ..errors import DataError
-from .files import HEADER_LOCK, cell_path, graph_paths, open_rows
+from .files import HEADER_LOCK, cell_path, graph_paths, open_rows, partial_cell_path
 
 
 def save_index(index, path: str) -> None:
@@ -48,16 +50,28 @@ def search(index, Xq, rows, k: int, threads: int, ef: int):
 
 def hnsw_cell(source, directory, c, settings, progress=None):
     """Task: cell ``c``'s hnswlib index (``cell_c.bin``) over the rows of its graph, for
-    :class:`~.index.KNNIndex` (built single-threaded: a function of the rows and the seed)."""
+    :class:`~.index.KNNIndex` (built single-threaded: a function of the rows and the seed).
+    After an extension the index of the cell's old rows (``cell_c.part.bin``) takes the rows
+    that joined (hnswlib's insertion, as in a build), so an update pays for its new rows."""
     import hnswlib
     X = open_rows(source)
     with HEADER_LOCK:
         rows = np.load(graph_paths(directory, c)[0], allow_pickle=False)
-    index = hnswlib.Index(space="l2", dim=X.shape[1])
-    index.init_index(max_elements=max(len(rows), 1), ef_construction=settings["ef_construction"],
-                     M=settings["M"], random_seed=settings["seed"])
-    for s in range(0, len(rows), 65536):
+    index, start, part = None, 0, partial_cell_path(directory, c)
+    if os.path.exists(part):
+        index = load_cell(part, X.shape[1], max(len(rows), 1))
+        start = index.get_current_count()
+        if start > len(rows) or not np.array_equal(np.sort(index.get_ids_list()),
+                                                   np.sort(rows[:start])):
+            index, start = None, 0  # not the first rows of the cell: built anew
+    if index is None:
+        index = hnswlib.Index(space="l2", dim=X.shape[1])
+        index.init_index(max_elements=max(len(rows), 1), ef_construction=settings["ef_construction"],
+                         M=settings["M"], random_seed=settings["seed"])
+    for s in range(start, len(rows), 65536):
         r = rows[s:s + 65536]
         index.add_items(np.asarray(X[r], dtype=np.float32), r, num_threads=1)
     save_index(index, cell_path(directory, c))
-    return len(rows)
+    if os.path.exists(part):
+        os.remove(part)
+    return len(rows) - start
