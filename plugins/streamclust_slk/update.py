@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from streamclust import EpochReport
+from streamclust.toolkit import pairwise_sqdist
 
 from . import kernels as kn
 from .passes import kernel_only_step, label_step, merge_labels
@@ -77,12 +78,8 @@ class Updates:
 
     def _sqdist(self, ctx, ids, centres):
         """Squared distances of rows ``ids`` (sorted) to ``centres``: len(ids) × len(centres)."""
-        out = np.empty((len(ids), len(centres)))
-        sq = (centres * centres).sum(1)[None, :]
-        for a in range(0, len(ids), CHUNK):
-            X = ctx.take(ids[a:a + CHUNK]).astype(np.float64)
-            out[a:a + len(X)] = np.maximum((X * X).sum(1)[:, None] + sq - 2 * X @ centres.T, 0)
-        return out
+        return np.concatenate([pairwise_sqdist(ctx.take(ids[a:a + CHUNK]), centres)
+                               for a in range(0, len(ids), CHUNK)] or [np.zeros((0, len(centres)))])
 
     def _follow(self, ctx, mode, z):
         """A cluster's mode for its sampled rows' z (``z``): the row of largest z (BO), or the
@@ -195,7 +192,10 @@ class Updates:
         labels[ref] = lab
         for a in range(0, len(ref), CHUNK):
             self._best_Z.array[ref[a:a + CHUNK]] = Z[a:a + CHUNK]
-        view = ctx.rows_view(0 if moved else n_old)
+        # every row when a move changed the clusters, or when the fit did not record its
+        # sample's energy (then the old rows' part of the energy is summed again)
+        full = moved or b.get("E_sample") is None
+        view = ctx.rows_view(0 if full else n_old)
         ctx.count_distances(ctx.aggregate(kernel_only_step, (self._modes, self._inv2s2),
                                           data=view, state=(self._A,)))
         Zc = self._Z[self._cur]
@@ -208,9 +208,8 @@ class Updates:
             e = min(ctx.n_rows, a + (1 << 16))
             self._best_Z.array[a:e] = Zc.array[a:e]
         labels[first:] = np.asarray(self._labels.array[first:])
-        kept_rest = 0.0  # the energy of the old rows outside the sample, kept with their z
-        if not moved and b.get("E_sample") is not None:
-            kept_rest = float(b["E"]) - float(b["E_sample"])
+        # the energy of the old rows outside the sample, kept with their z
+        kept_rest = 0.0 if full else float(b["E"]) - float(b["E_sample"])
         total = E + float(rest) + kept_rest
         self._best = dict(b, labels=labels, E=total, E_sample=E, mode_ids=self.mode_ids_.copy(),
                           modes=self._modes.copy())

@@ -195,7 +195,7 @@ PROBE_ROWS, PROBE_GROWTH, PROBE_KEY = 5000, 0.45, 0x70726F6265
 
 def _start_width(Xc, settings, key, sample=200):
     """The list length a cell's build starts with: ``degree``, or longer where a probe (see
-    :data:`PROBE_ROWS`) foresees lists of ``degree`` missing more than 1 - CELL_RECALL."""
+    :data:`PROBE_ROWS`) foresees lists of ``degree`` missing more than twice 1 - CELL_RECALL."""
     from .descent import descent, random_init
     from .trees import forest_init
     m, kb, k = len(Xc), settings["degree"], settings["k"]
