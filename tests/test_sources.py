@@ -163,3 +163,47 @@ def test_feature_cache_appends_the_rows_of_added_files_only(tmp_path, monkeypatc
     cache = FeatureCache.build(open_data(data), wd, 64)
     assert len(set(read)) == 3
     np.testing.assert_array_equal(np.asarray(cache.X[:300]), X[:300] * 2)
+
+
+def test_row_groups_read_ahead_come_in_order_with_their_file_rows(tmp_path):
+    """Parquet row groups decoded by reader threads (``data.readahead``) give the rows, and each
+    batch's file and first row, exactly as one sequential read of the files does."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(23_000, 3)).astype(np.float32)
+    d = tmp_path / "d"
+    d.mkdir()
+    cuts = [0, 9_000, 9_500, 23_000]  # a file of one row group among files of several
+    for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
+        t = pa.table({"x": pa.FixedSizeListArray.from_arrays(pa.array(X[a:b].ravel()), 3),
+                      "row": pa.array(np.arange(a, b))})
+        pq.write_table(t, str(d / f"part-{i}.parquet"), row_group_size=2_000)
+    src = ParquetSource(str(d))
+    got = list(src.record_batches(["x", "row"], 4096))
+    assert len(got) > len(src.files) + 4  # several row groups read ahead
+    rows = np.concatenate([rb.column("row").to_numpy() for _, _, rb in got])
+    np.testing.assert_array_equal(rows, np.arange(len(X)))
+    for f, row0, rb in got:  # each batch's first row, counted in its own file
+        i = int(f.rsplit("-", 1)[1].split(".")[0])
+        assert rb.column("row")[0].as_py() == cuts[i] + row0
+    data = open_data(str(d), features=["x"])
+    np.testing.assert_array_equal(_collect(data, 4096), X)
+
+
+def test_read_ahead_raises_where_the_sequential_read_would_and_stops_its_readers():
+    import threading
+    from streamclust.data.readahead import ordered
+
+    def read(u):
+        if u == 5:
+            raise ValueError("unit 5 is broken")
+        return iter([(u, 0), (u, 1)])
+    seen = []
+    with pytest.raises(ValueError, match="unit 5"):
+        for item in ordered(range(8), read, readers=3):
+            seen.append(item)
+    assert seen == [(u, j) for u in range(5) for j in (0, 1)]
+    before = threading.active_count()
+    gen = ordered(range(100), lambda u: iter(range(1000)), readers=2)
+    assert next(gen) == 0
+    gen.close()  # the readers, blocked on their full queues, stop
+    assert threading.active_count() == before

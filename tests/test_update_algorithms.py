@@ -186,3 +186,23 @@ def test_ism_update_resumes_on_its_grown_sample_and_stops_at_update_rounds(tmp_p
     assert np.array_equal(done.sample_ids_, full.sample_ids_)
     np.testing.assert_allclose(done.W_, full.W_, rtol=1e-6, atol=1e-9)
     assert np.array_equal(done.predict(X), full.predict(X))
+
+
+def test_ism_update_on_firm_clusters_keeps_the_old_rows_labels_and_a_refits_quality(tmp_path):
+    """Where the clusters are firm (blobs), ISM's update — its sample changed as a reservoir,
+    W and U refined — labels the old rows as the fit did, and the new rows as a refit does
+    (NMI against the truth; scikit-learn's score)."""
+    from sklearn.metrics import normalized_mutual_info_score as nmi
+    X, y = make_blobs(n=6000, k=4, d=6, seed=31, spread=1.0)
+    data = tmp_path / "data"
+    data.mkdir()
+    _write(str(data / "a.parquet"), X[:5000], y[:5000])
+    m1 = streamclust.fit(str(data), "ism", 4, features="x", work_dir=str(tmp_path / "w"),
+                         sample_size=600, progress=False)
+    _write(str(data / "b.parquet"), X[5000:], y[5000:])
+    m2 = streamclust.update(str(data), str(tmp_path / "w"), progress=False)
+    refit = streamclust.fit(str(data), "ism", 4, features="x", sample_size=600, progress=False)
+    assert (m2.sample_ids_ >= 5000).any()
+    assert nmi(y, refit.predict(X)) >= 0.95  # firm: ISM finds the blobs
+    assert (m1.predict(X[:5000]) == m2.predict(X[:5000])).mean() >= 0.99
+    assert nmi(y, m2.predict(X)) >= nmi(y, refit.predict(X)) - 0.01

@@ -10,6 +10,7 @@ Each opener is a callable ``opener(data) -> Source | None`` with a ``format_name
 from __future__ import annotations
 
 import os
+import threading
 
 import numpy as np
 import pyarrow as pa
@@ -19,10 +20,13 @@ import pyarrow.parquet as pq
 from ..errors import DataError
 from ..hookspecs import hookimpl
 from .csv_source import CSV_EXT, is_csv, open_csv_source
+from . import readahead
 from .filesystems import expand_files, is_uri, local_fingerprint, resolve
 from .sources import Source
 
 PARQUET_EXT = (".parquet", ".parq", ".pq")
+#: smaller batches are read in the caller's thread (a schema probe reads one row)
+MIN_READAHEAD_BATCH = 1024
 IPC_EXT = (".arrow", ".feather", ".ipc", ".arrows")
 
 
@@ -54,14 +58,16 @@ class ParquetSource(Source):
         else:
             from .filesystems import list_files
             self.files = list_files(fs, str(path), PARQUET_EXT, self.name)
-        self._meta = []
+        self._meta, self._groups = [], []  # rows of each file, of each of its row groups
         schemas = []
         for f in self.files:
             try:
                 pf = self._parquet(f)
             except Exception as e:  # noqa: BLE001 - arrow raises several types for corrupt files
                 raise DataError(f"{f}: not a readable Parquet file ({type(e).__name__}: {e})") from e
-            self._meta.append(pf.metadata.num_rows)
+            md = pf.metadata
+            self._meta.append(md.num_rows)
+            self._groups.append([md.row_group(i).num_rows for i in range(md.num_row_groups)])
             schemas.append((f, pf.schema_arrow))
         self.schema = _check_schemas(schemas)
         self.n_rows = int(sum(self._meta))
@@ -77,6 +83,7 @@ class ParquetSource(Source):
     def part(self, first: int, stop: int):
         rest = super().part(first, stop)
         rest._meta = self._meta[first:stop]  # the row count from the footers read already
+        rest._groups = self._groups[first:stop]
         rest.n_rows = int(sum(rest._meta))
         return rest
 
@@ -87,18 +94,41 @@ class ParquetSource(Source):
         return local_fingerprint(self.files)
 
     def record_batches(self, columns, batch_size):
-        for f in self.files:
-            row = 0
-            try:
-                pf = self._parquet(f)
-                for rb in pf.iter_batches(batch_size=batch_size, columns=list(columns)):
-                    yield f, row, rb
-                    row += rb.num_rows
-            except DataError:
-                raise
-            except (OSError, pa.ArrowException) as e:
-                raise DataError(f"{f}: cannot read Parquet data near row {row} "
-                                f"({type(e).__name__}: {e})") from e
+        """The files' rows in batches of ``batch_size``; with more than one row group in all,
+        the row groups are decoded ahead by reader threads (:mod:`.readahead`), a batch then
+        ending at its row group's end."""
+        units = [(f, g, row) for f, groups in zip(self.files, self._groups)
+                 for g, row in zip(range(len(groups)), np.cumsum([0] + groups[:-1]))]
+        if len(units) <= 1 or batch_size < MIN_READAHEAD_BATCH:
+            for f in self.files:
+                yield from self._read(f, None, 0, columns, batch_size)
+            return
+        local = threading.local()  # a reader's open file: its row groups follow one another
+
+        def read(unit):
+            f, g, row = unit
+            if getattr(local, "path", None) != f:
+                local.path, local.pf = f, None
+            return self._read(f, g, int(row), columns, batch_size, local)
+        yield from readahead.ordered(units, read)
+
+    def _read(self, f, group, row, columns, batch_size, handle=None):
+        """``(f, row, batch)`` of file ``f`` (of its row group ``group``, whose first row is
+        ``row``; None: all of them); ``handle`` keeps the open file between calls."""
+        try:
+            pf = getattr(handle, "pf", None) or self._parquet(f)
+            if handle is not None:
+                handle.pf = pf
+            groups = None if group is None else [group]
+            for rb in pf.iter_batches(batch_size=batch_size, columns=list(columns),
+                                      row_groups=groups):
+                yield f, row, rb
+                row += rb.num_rows
+        except DataError:
+            raise
+        except (OSError, pa.ArrowException) as e:
+            raise DataError(f"{f}: cannot read Parquet data near row {row} "
+                            f"({type(e).__name__}: {e})") from e
 
 
 class IPCSource(Source):
