@@ -279,7 +279,8 @@ class DGMM(Online, Updates, Algorithm):
 
     def _starts(self, ctx):
         """Every start, one after the other inside one epoch, on the coreset (or all rows when
-        they are few): seeded, then EM until |ΔF/F| < tol; the one of highest F is kept.
+        they are few): seeded, then EM until |ΔF/F| < tol; the one of highest F is kept (the
+        first of those within rounding of it).
         Returns (F, empty clusters, distance evaluations)."""
         h = self.hyper
         best, total = None, 0
@@ -297,7 +298,9 @@ class DGMM(Online, Updates, Algorithm):
                     break
                 prev = F
             self.starts_.append([F, it + 1])
-            if best is None or F > best[0]:
+            # beaten by more than rounding: of starts with the same clusters, the first is kept
+            # whatever the order the sums were added in (batch size, thread count)
+            if best is None or F > best[0] + 1e-9 * abs(best[0]):
                 best = (F, empty, self.means_.copy(), float(self.sigma2_), self.sim_)
         F, empty, self.means_, self.sigma2_, self.sim_ = best
         self.free_energy_ = F

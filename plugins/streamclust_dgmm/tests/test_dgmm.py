@@ -379,3 +379,20 @@ def test_online_step_is_stepwise_em_by_hand():
     np.testing.assert_allclose(a.means_, (R.T @ Z) / R.sum(0)[:, None], rtol=1e-10)
     d2 = ((Z[:, None, :] - fitted[None]) ** 2).sum(2)  # both batches saw the fitted means
     assert a.sigma2_ == pytest.approx((R * d2).sum() / (4 * R.sum()), rel=1e-10)
+
+
+def test_wide_means_take_rows_by_cluster_with_the_same_result():
+    """Means of ≥ ORDER_MEANS_BYTES: the E-step takes a chunk's rows in the order of their
+    nearest mean.  The sums only change order, so the fit equals the one of single-row batches
+    (no reordering possible) to rounding, and reaches scikit-learn KMeans' squared error."""
+    from sklearn.cluster import KMeans
+    from streamclust_dgmm.kernels import ORDER_MEANS_BYTES
+    k, d = 120, 1100
+    assert k * d * 8 >= ORDER_MEANS_BYTES
+    X, _ = make_blobs(n=2400, k=k, d=d, seed=7, spread=3.0)
+    a = streamclust.fit(X, "dgmm", k, batch_size=len(X), seed=1, progress=False)
+    b = streamclust.fit(X, "dgmm", k, batch_size=1, seed=1, progress=False)
+    np.testing.assert_allclose(a.means_, b.means_, rtol=1e-6, atol=1e-9)
+    assert np.array_equal(a.predict(X), b.predict(X))
+    km = KMeans(k, n_init=1, random_state=0).fit(X)
+    assert quantization_error(X, a.means_) <= 1.02 * km.inertia_
