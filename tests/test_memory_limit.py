@@ -224,3 +224,21 @@ def test_dask_workers_batches_and_cells_are_checked_against_their_own_memory(tmp
         streamclust.knn_graph(X, 10, work_dir=work, batch_size=1000, memory_limit="4GB",
                               executor=_Workers([("tcp://b:2", lim - 29_500 * per_row, 2)]))
     assert not os.path.exists(os.path.join(work, "features.f32"))
+
+
+def test_cells_of_wide_rows_are_planned_with_the_widest_lists_a_probe_starts():
+    """Rows wider than the probe's threshold may start their lists as long as
+    ``cellbuild._wider`` allows (it caps them at WIDEST · k): the cells' plan counts that width
+    and its candidates; narrower rows are planned with the build's own list length."""
+    from streamclust.graph.cellbuild import PROBE_MIN_WIDTH, _wider
+    from streamclust.graph.knn import fit_cells, list_length
+    k, lim = 10, BASELINE + batch_bytes(1000, 384) + (400 << 20)
+    widest = _wider(list_length(0, k), k, 1.0)  # a probe that found nothing
+    assert widest > list_length(0, k)
+    for dim in (PROBE_MIN_WIDTH + 1, 384):
+        rows = fit_cells(lim, 10**9, 1, dim, 0, k, 1000)
+        left = lim - BASELINE - batch_bytes(1000, dim)
+        assert rows <= left // (2 * cell_row_bytes(dim, widest, 2 * k, 2 * widest))
+        assert rows < left // (2 * cell_row_bytes(dim, 12, 2 * k))  # lists of 12: too many
+    narrow = fit_cells(lim, 10**9, 1, 64, 0, k, 1000)
+    assert narrow == (lim - BASELINE - batch_bytes(1000, 64)) // (2 * cell_row_bytes(64, 12, 2 * k))

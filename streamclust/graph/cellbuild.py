@@ -165,8 +165,8 @@ def _widen(Xc, lists, settings, rng, sample=200):
     kth = _kth_exact(Xc, rows, min(k, m - 1))
     while True:
         kk = min(k, ids.shape[1])
-        found = (d2[rows, :kk] <= kth[:, None] * (1 + 1e-4) + 1e-6).sum() / (len(rows) * min(k, m - 1))
-        if found >= CELL_RECALL or ids.shape[1] >= 4 * k or ids.shape[1] >= m - 1:
+        found = _hits(d2[rows, :kk], kth) / (len(rows) * min(k, m - 1))
+        if found >= CELL_RECALL or ids.shape[1] >= WIDEST * k or ids.shape[1] >= m - 1:
             return ids, d2
         w = _wider(ids.shape[1], k, 1.0 - found)
         log.debug("kNN cell of %d rows: %.3f of the k nearest found with lists of %d; %d next",
@@ -191,6 +191,9 @@ def _widen(Xc, lists, settings, rng, sample=200):
 #: and again (below that the probe's few misses foretell too little: a 96 000-row cell whose
 #: probe missed 0.004 was foreseen 0.024 and found 0.98 with lists of 12)
 PROBE_ROWS, PROBE_GROWTH, PROBE_KEY = 5000, 0.45, 0x70726F6265
+#: rows wider than this are probed; lists grow to at most ``WIDEST · k`` (the memory plan,
+#: ``graph.knn.fit_cells``, counts that width for probed rows)
+PROBE_MIN_WIDTH, WIDEST = 128, 4
 
 
 def _start_width(Xc, settings, key, sample=200):
@@ -199,7 +202,7 @@ def _start_width(Xc, settings, key, sample=200):
     from .descent import descent, random_init
     from .trees import forest_init
     m, kb, k = len(Xc), settings["degree"], settings["k"]
-    if Xc.shape[1] <= 128 or m < 4 * PROBE_ROWS:
+    if Xc.shape[1] <= PROBE_MIN_WIDTH or m < 4 * PROBE_ROWS:
         return kb
     rng = np.random.default_rng(key)
     P = np.ascontiguousarray(Xc[np.sort(rng.choice(m, PROBE_ROWS, replace=False))])
@@ -211,7 +214,7 @@ def _start_width(Xc, settings, key, sample=200):
     descent(P, lists, (settings["max_candidates"], 50, 0.001, seed))
     rows = np.sort(rng.choice(PROBE_ROWS, sample, replace=False))
     kth = _kth_exact(P, rows, k)
-    found = (lists[1][rows, :k] <= kth[:, None] * (1 + 1e-4) + 1e-6).mean()
+    found = _hits(lists[1][rows, :k], kth) / (len(rows) * k)
     miss = (1.0 - found) * (m / PROBE_ROWS) ** PROBE_GROWTH
     wide = kb if miss <= 2 * (1.0 - CELL_RECALL) else _wider(kb, k, miss)
     log.debug("kNN cell of %d rows: a probe of %d misses %.3f with lists of %d, the cell %.3f "
@@ -223,7 +226,13 @@ def _wider(width, k, miss):
     """The list length at which a miss of ``miss`` with lists of ``width`` should fall to
     :data:`WIDEN_MISS`: at least 4 entries more, at most 4k."""
     more = k * np.log(max(miss, WIDEN_MISS) / WIDEN_MISS) / WIDEN_SLOPE
-    return int(min(4 * k, max(width + 4, width + np.ceil(more))))
+    return int(min(WIDEST * k, max(width + 4, width + np.ceil(more))))
+
+
+def _hits(d2, kth) -> int:
+    """The entries of ``d2`` (a sample's lists) within rounding of their rows' exact k-th
+    nearest distance ``kth``: how many of the k nearest the lists found."""
+    return int((d2 <= kth[:, None] * (1 + 1e-4) + 1e-6).sum())
 
 
 def _kth_exact(Xc, rows, k, chunk=8192):

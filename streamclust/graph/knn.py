@@ -38,6 +38,7 @@ from ..errors import DataError, ParameterError
 from ..base.memory import budget, cell_row_bytes, check_batches, mib, worker_budgets, workers_of
 from ..base.threads import limit_blas, n_threads
 from .build import BuildState, extend_build, full_build
+from .cellbuild import PROBE_MIN_WIDTH, WIDEST
 from .index import KNNIndex
 from .files import cell_path, reference_path, remove_scratch
 from .hnsw import hnsw_cell
@@ -144,14 +145,19 @@ def fit_cells(memory_limit, cell_rows: int, threads: int, dim: int, degree: int,
               batch_size: int, max_candidates: int = 0, workers=()) -> int:
     """``cell_rows``, lowered until ``threads`` cells being built at once (a cell may reach
     twice the average) fit in ``memory_limit`` beside the process and a batch; a one-line error
-    when not even cells of 1 000 rows do.  ``workers`` (a distributed executor's
+    when not even cells of 1 000 rows do.  Rows wider than ``PROBE_MIN_WIDTH`` are planned
+    with lists of ``WIDEST · k`` (a probe may start them that long).  ``workers`` (a distributed executor's
     :meth:`~streamclust.run.dask_executor.DaskExecutor.worker_memory`): the cells are built
     there, each worker's threads at once within its budget (:func:`worker_budgets`)."""
     limit = budget(memory_limit)
     places = worker_budgets(limit, workers) if workers else [("", limit, threads)]
+    width, mc = list_length(degree, k), max_candidates
+    if dim > PROBE_MIN_WIDTH:  # a probed cell may start its lists (and candidates) this long
+        width = max(width, WIDEST * k)
+        mc = max(mc, 2 * width)
     for where, lim, t in places:
         left = check_batches(lim, batch_size, dim)
-        per_row = 2 * t * cell_row_bytes(dim, list_length(degree, k), 2 * k, max_candidates)
+        per_row = 2 * t * cell_row_bytes(dim, width, 2 * k, mc)
         if left < 1000 * per_row:
             raise ParameterError(
                 f"memory_limit {mib(lim)} is too small for the kNN graph{' on ' if where else ''}"
