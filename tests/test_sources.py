@@ -176,10 +176,15 @@ def test_row_groups_read_ahead_come_in_order_with_their_file_rows(tmp_path):
     for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
         t = pa.table({"x": pa.FixedSizeListArray.from_arrays(pa.array(X[a:b].ravel()), 3),
                       "row": pa.array(np.arange(a, b))})
-        pq.write_table(t, str(d / f"part-{i}.parquet"), row_group_size=2_000)
+        pq.write_table(t, str(d / f"part-{i}.parquet"), row_group_size=300)
     src = ParquetSource(str(d))
     got = list(src.record_batches(["x", "row"], 4096))
-    assert len(got) > len(src.files) + 4  # several row groups read ahead
+    assert len(src._units(4096)) > len(src.files) + 2  # several units read ahead
+    # row groups of 300 rows are read in units of >= 4096 rows: batches stay 4096 long, shorter
+    # only at a unit's end (one a unit at most)
+    sizes = [rb.num_rows for _, _, rb in got]
+    assert max(sizes) == 4096 and sum(n < 4096 for n in sizes) <= len(src._units(4096))
+    assert len(got) <= 2 * len(X) // 4096 + len(src.files)
     rows = np.concatenate([rb.column("row").to_numpy() for _, _, rb in got])
     np.testing.assert_array_equal(rows, np.arange(len(X)))
     for f, row0, rb in got:  # each batch's first row, counted in its own file

@@ -93,12 +93,28 @@ class ParquetSource(Source):
             return fingerprint(self._fs, self.files)
         return local_fingerprint(self.files)
 
+    def _units(self, batch_size):
+        """(file, its row groups, their first row in the file): consecutive row groups of a
+        file holding at least ``batch_size`` rows (fewer at the file's end), so that small row
+        groups still make batches of ``batch_size``."""
+        units = []
+        for f, groups in zip(self.files, self._groups):
+            row, cur, rows = 0, [], 0
+            for g, r in enumerate(groups):
+                cur.append(g)
+                rows += r
+                if rows >= batch_size:
+                    units.append((f, cur, row))
+                    row, cur, rows = row + rows, [], 0
+            if cur:
+                units.append((f, cur, row))
+        return units
+
     def record_batches(self, columns, batch_size):
-        """The files' rows in batches of ``batch_size``; with more than one row group in all,
-        the row groups are decoded ahead by reader threads (:mod:`.readahead`), a batch then
-        ending at its row group's end."""
-        units = [(f, g, row) for f, groups in zip(self.files, self._groups)
-                 for g, row in zip(range(len(groups)), np.cumsum([0] + groups[:-1]))]
+        """The files' rows in batches of ``batch_size``; with more than one unit of row groups
+        (:meth:`_units`) in all, they are decoded ahead by reader threads (:mod:`.readahead`),
+        a batch then ending at its unit's end."""
+        units = self._units(batch_size)
         if len(units) <= 1 or batch_size < MIN_READAHEAD_BATCH:
             for f in self.files:
                 yield from self._read(f, None, 0, columns, batch_size)
@@ -106,20 +122,19 @@ class ParquetSource(Source):
         local = threading.local()  # a reader's open file: its row groups follow one another
 
         def read(unit):
-            f, g, row = unit
+            f, groups, row = unit
             if getattr(local, "path", None) != f:
                 local.path, local.pf = f, None
-            return self._read(f, g, int(row), columns, batch_size, local)
+            return self._read(f, groups, row, columns, batch_size, local)
         yield from readahead.ordered(units, read)
 
-    def _read(self, f, group, row, columns, batch_size, handle=None):
-        """``(f, row, batch)`` of file ``f`` (of its row group ``group``, whose first row is
+    def _read(self, f, groups, row, columns, batch_size, handle=None):
+        """``(f, row, batch)`` of file ``f`` (of its row groups ``groups``, whose first row is
         ``row``; None: all of them); ``handle`` keeps the open file between calls."""
         try:
             pf = getattr(handle, "pf", None) or self._parquet(f)
             if handle is not None:
                 handle.pf = pf
-            groups = None if group is None else [group]
             for rb in pf.iter_batches(batch_size=batch_size, columns=list(columns),
                                       row_groups=groups):
                 yield f, row, rb
