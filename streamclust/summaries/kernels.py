@@ -1,6 +1,5 @@
-"""Numba kernels for the summaries (seeding).  Arrays in, arrays out; no I/O."""
-from collections import namedtuple
-
+"""Numba kernels for the summaries: k-means++ and plain AFK-MC2 seeding, Lloyd steps (greedy
+AFK-MC2: greedy_seeding.py).  Arrays in, arrays out; no I/O."""
 import numba as nb
 import numpy as np
 
@@ -58,103 +57,6 @@ def afkmc2_chains(C, cand, cand_q, cand_w, m, uniforms):
         for j in range(C.shape[1]):
             C[i, j] = cand[x, j]
     return evals
-
-
-#: AFK-MC2 proposal draws: rows ``X`` (float32), proposal probabilities ``q``, target weights ``w``
-#: (the chain target is ∝ w · d(x, C)²), the pool row each one is (``row``, or -1) and one
-#: uniform per draw (``u``) for the Metropolis test
-Candidates = namedtuple("Candidates", "X q w row u")
-#: the rows whose potential Σ w · mind decides between trials, with their running squared
-#: distance to the nearest centre (``mind``) and that centre (``near``), updated in place
-Pool = namedtuple("Pool", "X w mind near")
-#: the most centres for which the greedy seeding keeps their pairwise distances (32 MB)
-BETWEEN_MAX = 2048
-
-
-@nb.njit(cache=True, parallel=True, fastmath={"reassoc", "contract"})
-def greedy_afkmc2(C, cands, pool, m, trials):
-    """AFK-MC2 with greedy trials: for every new centre run ``trials`` Metropolis chains of length
-    ``m`` over pre-drawn candidates and keep the end point that lowers the potential
-    ``Σ pot_w · mind`` over the pool most.
-
-    ``C[0]`` is set; ``pool.mind`` holds every pool row's squared distance to ``C[0]`` and
-    ``pool.near`` its nearest centre (0); both are kept up to date.  ``cands`` holds
-    ``(k-1) · trials · m`` i.i.d. proposal draws (:data:`Candidates`); a draw that is a pool row
-    reads its distance from ``mind``; for others the nearest centre so far is searched with
-    the distances between centres (a centre ``c`` with ``‖c − b‖² ≥ 4 · ‖y − b‖²``, ``b`` the
-    nearest yet, cannot be nearer: Elkan's bound).
-    A trial's end point ``x`` is compared only with the pool rows it may be nearer to: with
-    ``c`` a row's nearest centre, ``‖x − c‖² ≥ 4 · mind`` means ``‖row − x‖ ≥ ‖row − c‖``
-    (triangle inequality), so the row keeps ``mind`` (KDD, M = 500, 20 trials, 4096 pool rows:
-    53M → 11M distances in the whole seeding, 5–7× faster, the same centres).  The trials of one
-    centre run in parallel, each summing its potential serially, so the result does not depend
-    on the thread count (distances are vectorised: their last bits depend on the CPU's vector
-    width).  Returns the number of distance evaluations.
-    """
-    cand, cand_q, cand_w, cand_row, uniforms = cands
-    pool_x, pot_w, mind, near = pool
-    k, n = C.shape[0], pool_x.shape[0]
-    newd = np.empty((trials, n))
-    to_centre = np.empty((trials, k))
-    # squared distances between the centres chosen so far (k × k: above BETWEEN_MAX centres
-    # the chains compare with every centre instead of holding k² numbers)
-    bounded = k <= BETWEEN_MAX
-    between = np.zeros((k, k) if bounded else (1, 1))
-    ends = np.empty(trials, np.int64)
-    pots = np.empty(trials)
-    counts = np.zeros(trials, np.int64)
-    for i in range(1, k):
-        for l in nb.prange(trials):
-            base = ((i - 1) * trials + l) * m
-            x, dx = -1, 0.0
-            for t in range(m):
-                y = base + t
-                if cand_row[y] >= 0:
-                    dy = mind[cand_row[y]]
-                else:  # nearest centre so far, skipping c when ‖c − best‖² ≥ 4 · dy
-                    dy, b = sqdist(cand[y], C[0]), 0
-                    counts[l] += 1
-                    for c in range(1, i):
-                        if not bounded or between[b, c] < 4.0 * dy:
-                            d = sqdist(cand[y], C[c])
-                            counts[l] += 1
-                            if d < dy:
-                                dy, b = d, c
-                if x < 0:
-                    x, dx = y, dy
-                elif cand_w[x] * dx * cand_q[y] <= 0.0 or \
-                        cand_w[y] * dy * cand_q[x] > uniforms[y] * cand_w[x] * dx * cand_q[y]:
-                    x, dx = y, dy
-            ends[l] = x
-            cx = cand[x].astype(np.float64)
-            cc = to_centre[l]
-            for c in range(i):
-                cc[c] = sqdist(cx, C[c])
-            pot = 0.0
-            computed = i
-            for r in range(n):
-                d = mind[r]
-                if cc[near[r]] < 4.0 * d:
-                    d = min(sqdist(pool_x[r], cx), d)
-                    computed += 1
-                newd[l, r] = d
-                pot += pot_w[r] * d
-            pots[l] = pot
-            counts[l] += computed
-        best = 0
-        for l in range(1, trials):
-            if pots[l] < pots[best]:
-                best = l
-        for j in range(C.shape[1]):
-            C[i, j] = cand[ends[best], j]
-        if bounded:
-            for c in range(i):
-                between[i, c] = between[c, i] = to_centre[best, c]
-        for r in range(n):
-            if newd[best, r] < mind[r]:
-                mind[r] = newd[best, r]
-                near[r] = i
-    return counts.sum()
 
 
 @nb.njit(cache=True)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from .coreset import importance_sample
-from .kernels import (Candidates, Pool, afkmc2_chains, greedy_afkmc2, kmeanspp_greedy,
-                      transpose_into, update_min_sqdist)
+from .greedy_seeding import GEMM_MIN_WIDTH, Candidates, Pool, greedy_afkmc2, greedy_afkmc2_wide
+from .kernels import afkmc2_chains, kmeanspp_greedy, transpose_into, update_min_sqdist
 
 
 def _weights(X, weights):
@@ -69,7 +69,7 @@ def afkmc2_trials(k: int, chain_length: int) -> int:
 
 
 def _greedy(c1, cand, pool, pot_w, k, m, trials, rng):
-    """Greedy AFK-MC2 (kernel ``greedy_afkmc2``) from the proposal draws ``cand`` = (rows, q, w,
+    """Greedy AFK-MC2 (kernel ``greedy_afkmc2``, or ``greedy_afkmc2_wide`` for wide rows) from the proposal draws ``cand`` = (rows, q, w,
     pool row or -1); returns ``(C, evals, nearest pool centre)``."""
     C = np.empty((k, pool.shape[1]), dtype=np.float64)
     C[0] = c1
@@ -80,8 +80,9 @@ def _greedy(c1, cand, pool, pot_w, k, m, trials, rng):
     X, q, w, row = cand
     cands = Candidates(np.ascontiguousarray(X[:n], dtype=np.float32), np.asarray(q[:n], np.float64),
                        np.asarray(w[:n], np.float64), np.asarray(row[:n], np.int64), rng.random(n))
-    evals = greedy_afkmc2(C, cands, Pool(np.ascontiguousarray(pool, dtype=np.float32),
-                                         np.asarray(pot_w, np.float64), mind, near), m, trials)
+    kernel = greedy_afkmc2_wide if pool.shape[1] >= GEMM_MIN_WIDTH else greedy_afkmc2
+    evals = kernel(C, cands, Pool(np.ascontiguousarray(pool, dtype=np.float32),
+                                  np.asarray(pot_w, np.float64), mind, near), m, trials)
     return C, int(evals) + len(pool), near
 
 
