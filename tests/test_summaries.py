@@ -194,8 +194,13 @@ def test_greedy_afkmc2_pruned_potential_equals_every_distance_computed(between, 
         mind = ((pool - C[0]) ** 2).sum(axis=1).astype(np.float64)
         near = np.zeros(len(pool), np.int32)
         if fn == "kernel":
-            evals = greedy_afkmc2(C, Candidates(cand, q, np.ones(n), row, u),
-                                  Pool(pool, w, mind, near), m, trials)
+            P = Pool(pool, w, mind, near)
+            if between == "wide":  # the draws of centres 1-6, then 7-14, as two calls
+                evals = sum(greedy_afkmc2(C, Candidates(cand[a:b], q[a:b], np.ones(b - a), row[a:b],
+                                                        u[a:b]), P, m, trials, first)
+                            for first, a, b in ((1, 0, 6 * trials * m), (7, 6 * trials * m, n)))
+            else:
+                evals = greedy_afkmc2(C, Candidates(cand, q, np.ones(n), row, u), P, m, trials)
             if D == 5:
                 assert evals < (k - 1) * trials * len(pool)  # rows were skipped
         else:
@@ -204,3 +209,22 @@ def test_greedy_afkmc2_pruned_potential_equals_every_distance_computed(between, 
     np.testing.assert_array_equal(out[0][0], out[1][0])
     np.testing.assert_array_equal(out[0][2], out[1][2])
     np.testing.assert_allclose(out[0][1], out[1][1], rtol=1e-12 if D == 5 else 1e-4)
+
+
+def test_wide_greedy_seeding_read_in_parts_chooses_the_same_centres(monkeypatch):
+    """Wide proposal draws are read DRAWS_BYTES at a time, each part seeding the centres whose
+    draws it holds: the centres equal those of one part holding every draw (and the distance
+    count too)."""
+    from streamclust.summaries import seeding
+    from streamclust.summaries.greedy_seeding import GEMM_MIN_WIDTH
+    rng = np.random.default_rng(5)
+    centres = rng.normal(size=(12, GEMM_MIN_WIDTH))
+    X = (centres[rng.integers(0, 12, 1500)] + 0.3 * rng.normal(size=(1500, GEMM_MIN_WIDTH)))
+    out = []
+    for part in (1 << 40, 3 * 6 * 5 * GEMM_MIN_WIDTH * 4):  # all at once; 3 centres a part
+        monkeypatch.setattr(seeding, "DRAWS_BYTES", part)
+        out.append(seeding.afkmc2(X.astype(np.float32), 12, 5, np.random.default_rng(0),
+                                  trials=6))
+    np.testing.assert_array_equal(out[0][0], out[1][0])
+    assert out[0][1] == out[1][1]
+    assert len(np.unique(out[0][0], axis=0)) == 12

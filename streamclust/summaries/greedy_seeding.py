@@ -182,7 +182,7 @@ def _nearest_gemm(Y, yn, Cs, cn, out):
 
 
 @nb.njit(cache=True, parallel=True)
-def greedy_afkmc2_wide(C, cands, pool, m, trials):
+def greedy_afkmc2_wide(C, cands, pool, m, trials, first):
     """:func:`greedy_afkmc2` for wide rows (``GEMM_MIN_WIDTH`` or more), where the triangle
     inequality skips almost no distance: each centre's chain draws are compared with the
     centres so far, and the trials' end points with the pool, by float32 matrix products
@@ -190,7 +190,10 @@ def greedy_afkmc2_wide(C, cands, pool, m, trials):
     smaller than ``NEAR_CANCEL`` of that are computed directly).  The same rule: the same
     centres up to those roundings (1M × 384 embeddings, k = 1 000, 20 trials, 8 192 pool rows:
     5.1 → 3.0 s, every centre the same).  The trials' potentials are summed serially each;
-    the products' blocks are fixed, so the result does not depend on the thread count."""
+    the products' blocks are fixed, so the result does not depend on the thread count.
+    ``cands`` may hold the draws of some centres only: those of centres ``first``, ``first`` +
+    1, … (``C[:first]``, ``pool.mind`` and ``pool.near`` as the calls before left them), so
+    that wide draws can be read a part at a time."""
     pool_x, pot_w, mind, near = pool
     k, n, D = C.shape[0], pool_x.shape[0], C.shape[1]
     step = trials * m
@@ -199,14 +202,16 @@ def greedy_afkmc2_wide(C, cands, pool, m, trials):
     pots = np.empty(trials)
     E = np.empty((trials, D), np.float32)
     en = np.empty(trials)
-    Cs = np.empty((k, D), np.float32)
-    cn = np.empty(k)
-    Cs[0] = C[0]
-    cn[0] = _row_norms(Cs[:1])[0]
+    last = min(k, first + cands.X.shape[0] // step)
+    Cs = np.empty((last, D), np.float32)
+    for c in range(first):
+        Cs[c] = C[c]
+    cn = _row_norms(Cs[:first])
+    cn = np.concatenate((cn, np.empty(last - first)))
     pn = _row_norms(pool_x)
     dys = np.empty(step)
-    for i in range(1, k):
-        base = (i - 1) * step
+    for i in range(first, last):
+        base = (i - first) * step
         Y = cands.X[base:base + step]
         _nearest_gemm(Y, _row_norms(Y), Cs[:i], cn[:i], dys)
         for l in nb.prange(trials):
@@ -231,4 +236,4 @@ def greedy_afkmc2_wide(C, cands, pool, m, trials):
             if newd[best, r] < mind[r]:
                 mind[r] = newd[best, r]
                 near[r] = i
-    return (k - 1) * (k * step // 2 + trials * n)  # chain draws meet i centres: Σ i = k(k−1)/2
+    return (last - first) * ((first + last - 1) * step // 2 + trials * n)  # draws of i: i each

@@ -68,22 +68,42 @@ def afkmc2_trials(k: int, chain_length: int) -> int:
     return int(min(20, max(auto_trials(k), need)))
 
 
+#: bytes of wide proposal draws read at a time by the greedy seeding (all at once: (k − 1) ×
+#: trials × chain length rows, 1.2 GB at k = 1 000 and 3 000 wide)
+DRAWS_BYTES = 64 << 20
+
+
 def _greedy(c1, cand, pool, pot_w, k, m, trials, rng):
-    """Greedy AFK-MC2 (kernel ``greedy_afkmc2``, or ``greedy_afkmc2_wide`` for wide rows) from the proposal draws ``cand`` = (rows, q, w,
-    pool row or -1); returns ``(C, evals, nearest pool centre)``."""
+    """Greedy AFK-MC2 (kernel ``greedy_afkmc2``, or ``greedy_afkmc2_wide`` for wide rows) from
+    the proposal draws ``cand`` = (rows(lo, hi): the draws lo..hi as an array, q, w, pool row or
+    -1); returns ``(C, evals, nearest pool centre)``.  Wide draws are read ``DRAWS_BYTES`` at a
+    time."""
     C = np.empty((k, pool.shape[1]), dtype=np.float64)
     C[0] = c1
     mind = np.full(len(pool), np.inf)
     update_min_sqdist(pool, C[0], mind)
     near = np.zeros(len(pool), np.int32)
     n = max((k - 1) * trials * m, 1)
-    X, q, w, row = cand
-    cands = Candidates(np.ascontiguousarray(X[:n], dtype=np.float32), np.asarray(q[:n], np.float64),
-                       np.asarray(w[:n], np.float64), np.asarray(row[:n], np.int64), rng.random(n))
-    kernel = greedy_afkmc2_wide if pool.shape[1] >= GEMM_MIN_WIDTH else greedy_afkmc2
-    evals = kernel(C, cands, Pool(np.ascontiguousarray(pool, dtype=np.float32),
-                                  np.asarray(pot_w, np.float64), mind, near), m, trials)
-    return C, int(evals) + len(pool), near
+    rows, q, w, row = cand
+    u = rng.random(n)
+    P = Pool(np.ascontiguousarray(pool, dtype=np.float32), np.asarray(pot_w, np.float64), mind,
+             near)
+
+    def draws(lo, hi):
+        return Candidates(np.ascontiguousarray(rows(lo, hi), dtype=np.float32),
+                          np.asarray(q[lo:hi], np.float64), np.asarray(w[lo:hi], np.float64),
+                          np.asarray(row[lo:hi], np.int64), u[lo:hi])
+
+    if pool.shape[1] < GEMM_MIN_WIDTH or k < 2:
+        return C, int(greedy_afkmc2(C, draws(0, n), P, m, trials)) + len(pool), near
+    step = trials * m
+    per = max(1, DRAWS_BYTES // (step * pool.shape[1] * 4))  # centres a part
+    evals = len(pool)
+    for first in range(1, k, per):
+        last = min(k, first + per)
+        evals += greedy_afkmc2_wide(C, draws((first - 1) * step, (last - 1) * step), P, m,
+                                    trials, first)
+    return C, int(evals), near
 
 
 def afkmc2(X, k: int, chain_length: int, rng: np.random.Generator, weights=None, trials: int = 1):
@@ -103,7 +123,8 @@ def afkmc2(X, k: int, chain_length: int, rng: np.random.Generator, weights=None,
     q = q / q.sum()
     if trials > 1:
         idx = rng.choice(len(X), size=max((k - 1) * trials * chain_length, 1), p=q)
-        C, evals, _ = _greedy(c1, (X[idx], q[idx], w[idx], idx), X, w, k, chain_length, trials, rng)
+        C, evals, _ = _greedy(c1, (lambda lo, hi: X[idx[lo:hi]], q[idx], w[idx], idx), X, w, k,
+                              chain_length, trials, rng)
         return C, evals + len(X)
     idx = rng.choice(len(X), size=(k - 1) * chain_length, p=q)
     C, evals = _chains(c1, X[idx], q[idx], w[idx], k, chain_length, rng)
@@ -112,7 +133,7 @@ def afkmc2(X, k: int, chain_length: int, rng: np.random.Generator, weights=None,
 
 def afkmc2_stream(ctx, k: int, chain_length: int, rng: np.random.Generator, trials: int = 1,
                   potential=None, return_nearest: bool = False):
-    """AFK-MC2 over every row of the run's data (two passes, then chains in memory).
+    """AFK-MC2 over every row of the run's data (two passes, then chains over the drawn rows).
 
     The chains' candidates are i.i.d. draws from the proposal over all rows.  With ``trials > 1``
     the potential of each trial is estimated on ``potential`` (a weighted sample such as the
@@ -128,14 +149,13 @@ def afkmc2_stream(ctx, k: int, chain_length: int, rng: np.random.Generator, tria
         return _chains(c1, ctx.take(ids), q, np.ones(len(ids)), k, chain_length, rng)
     if potential is None:  # potential: the first POTENTIAL_POOL draws, weighted by 1 / q
         ids, q = importance_sample(ctx, c1, max(n_cand, POTENTIAL_POOL), rng)
-        X = ctx.take(ids)
-        pool = X[:POTENTIAL_POOL]
+        pool = ctx.take(ids[:POTENTIAL_POOL])
         pot_w = 1.0 / (len(pool) * q[:POTENTIAL_POOL])
         row = np.where(np.arange(len(ids)) < len(pool), np.arange(len(ids)), -1)
     else:
         ids, q = importance_sample(ctx, c1, n_cand, rng)
-        X = ctx.take(ids)
         pool, pot_w, row = potential.X, potential.weights, np.full(len(ids), -1)
-    C, evals, near = _greedy(c1, (X, q, np.ones(len(ids)), row), pool, pot_w, k, chain_length,
-                             trials, rng)
+    # the draws' rows are read when the seeding reaches them (wide ones a part at a time)
+    C, evals, near = _greedy(c1, (lambda lo, hi: ctx.take(ids[lo:hi]), q, np.ones(len(ids)), row),
+                             pool, pot_w, k, chain_length, trials, rng)
     return (C, evals, near) if return_nearest else (C, evals)
