@@ -42,11 +42,18 @@ def _row_norms(X):
     return out
 
 
+@nb.njit(cache=True, inline="always")
+def _product_sqdist(xn, cn, g, x, c):
+    """‖x − c‖² from the squared norms and the float32 product ``g`` = x·c; directly when it is
+    below ``NEAR_CANCEL`` of ‖x‖² + ‖c‖² (its digits lost to cancellation)."""
+    d = xn + cn - 2.0 * np.float64(g)
+    return sqdist(x, c) if d < NEAR_CANCEL * (xn + cn) else d
+
+
 @nb.njit(cache=True, parallel=True)
 def _potentials_gemm(E, en, pool, pn, newd, pots):
     """``newd[l, r] = min(mind[r], ‖pool_r − E_l‖²)`` (``newd`` holds ``mind`` on entry, every
-    row) from the float32 product ``E · poolᵀ`` (‖p‖² + ‖e‖² − 2 p·e in float64; a distance
-    below ``NEAR_CANCEL`` of ‖p‖² + ‖e‖², whose digits the float32 product lost, directly), and
+    row) from the float32 product ``E · poolᵀ`` (:func:`_product_sqdist`), and
     ``pots[l] = Σ_r w_r · newd[l, r]`` summed in row order.  ``pool``: (rows, weights)."""
     X, w = pool
     n, trials = X.shape[0], E.shape[0]
@@ -55,9 +62,7 @@ def _potentials_gemm(E, en, pool, pn, newd, pots):
         G = np.dot(E, X[lo:hi].T)
         for r in range(lo, hi):
             for l in range(trials):
-                d = pn[r] + en[l] - 2.0 * np.float64(G[l, r - lo])
-                if d < NEAR_CANCEL * (pn[r] + en[l]):  # lost to cancellation: computed directly
-                    d = sqdist(X[r], E[l])
+                d = _product_sqdist(pn[r], en[l], G[l, r - lo], X[r], E[l])
                 if d < newd[l, r]:
                     newd[l, r] = d
     for l in nb.prange(trials):
@@ -162,8 +167,7 @@ def greedy_afkmc2(C, cands, pool, m, trials):
 @nb.njit(cache=True, parallel=True)
 def _nearest_gemm(Y, yn, Cs, cn, out):
     """``out[a] = min_c ‖Y_a − Cs_c‖²`` from float32 products with blocks of ``POOL_BLOCK``
-    centres in parallel (``yn``, ``cn``: the rows' squared norms; cancellation as in
-    :func:`_potentials_gemm`)."""
+    centres in parallel (``yn``, ``cn``: the rows' squared norms; :func:`_product_sqdist`)."""
     nb_ = (Cs.shape[0] + POOL_BLOCK - 1) // POOL_BLOCK
     part = np.empty((nb_, Y.shape[0]))
     for b in nb.prange(nb_):
@@ -172,10 +176,7 @@ def _nearest_gemm(Y, yn, Cs, cn, out):
         for a in range(Y.shape[0]):
             best = np.inf
             for c in range(lo, hi):
-                d = yn[a] + cn[c] - 2.0 * np.float64(G[a, c - lo])
-                if d < NEAR_CANCEL * (yn[a] + cn[c]):
-                    d = sqdist(Y[a], Cs[c])
-                best = min(best, d)
+                best = min(best, _product_sqdist(yn[a], cn[c], G[a, c - lo], Y[a], Cs[c]))
             part[b, a] = best
     for a in range(Y.shape[0]):
         out[a] = part[:, a].min()
