@@ -6,7 +6,9 @@ thread each), against today's shared-work-directory mode in the same run.
   (``ShardedCache.build``), with 1 worker and with 2 (``speedup``: 1 worker's seconds / 2
   workers'); the shared mode's cache is built by the client alone, from the same S3 data.
 * **fit**: D-GMM (``--epochs``) and SLK (``--slk-epochs``, k = 10, its defaults) on the 2
-  workers in each mode: the median epoch's seconds, the fit's, and the bytes the scheduler
+  workers in each mode (``local-by-value``: shared-nothing with ``hold_arrays=False``, every
+  pass sending its row state and large parameters to the workers, as before they held them):
+  the median epoch's seconds, the fit's, and the bytes the scheduler
   process read and wrote over its sockets during the fit (``/proc/PID/io``: ``rchar + wchar``)
   against the data's bytes (rows × features × 4).  SLK's shared-nothing fit keeps a copy of all
   rows on the client (its kNN graph is built there); its row says how long that took.
@@ -15,7 +17,7 @@ thread each), against today's shared-work-directory mode in the same run.
   uninterrupted fit's, and whether the labels are equal.
 
     python benchmarks/bench_cluster.py --data-dir DIR [--rows 8000000] [--epochs 3] [--k 20]
-                                       [--slk-epochs 2] [--kill-trials 10]
+                                       [--slk-epochs 2] [--kill-trials 10] [--algorithms dgmm,slk]
 """
 import argparse
 import os
@@ -135,7 +137,8 @@ def fit(cluster, uri, mode, work, k, epochs, batch_size, algorithm="dgmm"):
     from streamclust.run.dask_executor import DaskExecutor
     cluster.clear_shares()
     shutil.rmtree(work, ignore_errors=True)
-    ex = DaskExecutor(cluster.client, worker_cache=mode)
+    ex = DaskExecutor(cluster.client, worker_cache=mode.split("-")[0])
+    ex.hold_arrays = not mode.endswith("-by-value")
     before, t = io_bytes(cluster.scheduler.pid), time.perf_counter()
     extra = dict(max_epochs=epochs, tol=1e-300) if algorithm == "dgmm" else dict(max_epochs=epochs)
     m = streamclust.fit(uri, algorithm, k, features="x", work_dir=work, executor=ex, seed=0,
@@ -202,6 +205,7 @@ def main():
                     help="then SIGKILL one of the 2 workers at a random moment of this many "
                          "shared-nothing fits: time against the uninterrupted fit, equal labels")
     ap.add_argument("--kill-algorithms", default="dgmm,slk")
+    ap.add_argument("--algorithms", default="dgmm,slk", help="the fits timed in both modes")
     a = ap.parse_args()
     here = os.path.dirname(os.path.abspath(__file__))
     if not any(f.endswith(".parquet") for f in os.listdir(a.data_dir) if os.path.isdir(a.data_dir)):
@@ -224,9 +228,10 @@ def main():
               f"speedup {one / two:.2f}× (the S3 server's own CPU: {cpu1:.1f} s, {cpu2:.1f} s; "
               f"{os.cpu_count()} cores)")
         rows = []
-        runs = (("dgmm", a.k, a.epochs), ("slk", 10, a.slk_epochs))
+        runs = [r for r in (("dgmm", a.k, a.epochs), ("slk", 10, a.slk_epochs))
+                if r[0] in a.algorithms.split(",")]
         for algorithm, k, epochs in runs:
-            for mode in ("shared", "local"):
+            for mode in ("shared", "local", "local-by-value"):
                 s, epoch, sent, m = fit(cluster, uri, mode, os.path.join(root, f"work-{mode}"), k,
                                         epochs, a.batch_size, algorithm)
                 graph = m.info.get("knn", {}).get("seconds")
@@ -236,8 +241,9 @@ def main():
         table(rows, ["algorithm", "worker_cache", "ran as", "fit s", "graph s",
                      "epoch s (median)", "scheduler MB", "% of data"])
         for i, (algorithm, _, _) in enumerate(runs):
-            shared, local = float(rows[2 * i][5]), float(rows[2 * i + 1][5])
-            print(f"{algorithm}: epoch ratio local / shared: {local / shared:.2f}")
+            shared, local, by_value = (float(r[5]) for r in rows[3 * i:3 * i + 3])
+            print(f"{algorithm}: epoch ratio local / shared: {local / shared:.2f} (row state "
+                  f"and parameters sent by value every pass: {by_value / shared:.2f})")
         kills = {"dgmm": (a.k, a.epochs), "slk": (10, a.slk_epochs)}
         for algorithm in filter(None, a.kill_algorithms.split(",")) if a.kill_trials else ():
             kill_trials(cluster, uri, root, a, algorithm, *kills[algorithm])

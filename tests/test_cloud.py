@@ -391,9 +391,69 @@ def test_a_task_sends_back_only_the_row_state_its_step_changed():
     X = np.arange(20, dtype=np.float32).reshape(10, 2)
     a, b = np.linspace(0, 1, 10), np.zeros(10)
     batches = [Batch(0, X[:6]), Batch(6, X[6:])]
-    part, rows, values = run_shard_group(_read_a_write_b, merge_sum, None, batches, (a, b), None)
+    part, rows, values, _ = run_shard_group(_read_a_write_b, merge_sum, None, batches, (a, b),
+                                            None)
     assert part == pytest.approx(a.sum()) and rows == 10
     assert values[0] is None
     assert np.array_equal(values[1], 2 * a + X[:, 0])
-    _, _, again = run_shard_group(_read_a_write_b, merge_sum, None, batches, (a, values[1]), None)
+    _, _, again, _ = run_shard_group(_read_a_write_b, merge_sum, None, batches, (a, values[1]),
+                                     None)
     assert again == (None, None)  # b written with the values it already held: nothing to send
+
+
+def test_arrays_the_workers_hold_travel_once_and_what_the_client_changes_travels_again(
+        cloud, tmp_path, monkeypatch):
+    """Row state and large parameters go to a share's worker once: a pass that finds the same
+    bytes on the client sends a reference (SLK's mean-shift passes read the 640 MB of Z at 8M
+    rows each time); rows the client changed are sent again, and a worker that lost its files
+    gets them again.  Every pass's result equals NumPy's over all rows."""
+    from streamclust.data.sources import open_data
+    from streamclust.run import held
+    from streamclust.run.shards import ShardedCache
+    X, _, _, uri = cloud.data
+    n = len(X)
+
+    def read_s_write_t(batch, state, params):  # (a local function: pickled by value)
+        S, T = state
+        scale, big = params
+        T[:] = S * scale + batch.X[:, :1] + big[batch.start:batch.stop]
+        return float(S.sum())
+    sent = []
+    real = held.ToHold.__init__
+
+    def counting(self, slot, d, values):
+        sent.append(slot)
+        real(self, slot, d, values)
+    monkeypatch.setattr(held.ToHold, "__init__", counting)
+    ex = _executor(cloud, worker_cache="local")
+    try:
+        ex.worker_rows = cache = ShardedCache.build(open_data(uri, features="embedding"), ex,
+                                                    2000, "", "float32")
+        S = np.memmap(str(tmp_path / "S.f64"), np.float64, "w+", shape=(n, 1))
+        T = np.memmap(str(tmp_path / "T.f64"), np.float64, "w+", shape=(n, 1))
+        S[:] = np.random.default_rng(0).random((n, 1))
+        big = np.memmap(str(tmp_path / "big.f64"), np.float64, "w+", shape=(n, 1))
+        big[:] = np.arange(n)[:, None]
+
+        def run(scale):
+            sent.clear()
+            total = ex.aggregate(read_s_write_t, cache, (scale, big), state=(S, T),
+                                 batch_size=2000)
+            assert total == pytest.approx(S.sum())
+            assert np.array_equal(T, S * scale + X[:, :1] + big)
+            return list(sent)
+        first = run(2.0)  # all sent: S and T of each task, big to each share
+        tasks = len(first) // 2 - 1
+        assert tasks >= 2 and sum(s.startswith("m") and "-" not in s for s in first) == 2
+        assert run(2.0) == [] and run(3.0) == []  # held: S read, T as the workers wrote it
+        S[4321] += 1.0  # the client changes one row: that task's S slot only
+        again = run(3.0)
+        assert len(again) == 1 and again[0].startswith(held.slot_of(S, ""))
+        for w in os.listdir(cloud.local):  # the workers' held files gone: sent again
+            for root, dirs, _ in os.walk(os.path.join(cloud.local, w)):
+                if os.path.basename(root) == "held":
+                    import shutil
+                    shutil.rmtree(root)
+        assert len(run(3.0)) == len(first)
+    finally:
+        ex.worker_rows = None

@@ -113,6 +113,10 @@ class DaskExecutor:
         self.worker_cache = check_mode(worker_cache)
         #: the shared-nothing cache of the fit in progress (``streamclust.run.shards``), or None
         self.worker_rows = None
+        self.held = None  # what the workers of a shared-nothing run hold (run.held)
+        #: False: a shared-nothing pass sends its row state and large parameters by value
+        #: every time, as before workers held them (``benchmarks/bench_cluster.py`` compares)
+        self.hold_arrays = True
         self.tasks_per_worker = int(tasks_per_worker)
         self.numba_threads = numba_threads
         self.pass_tries = int(pass_tries)

@@ -10,8 +10,8 @@ import time
 import numpy as np
 
 from ..base.interrupt import Terminated, check
-from . import shard_tasks
-from .dask_tasks import _MemmapRef, copy_rows, pack, pass_items, shadow, split
+from . import held, shard_tasks
+from .dask_tasks import _MemmapRef, _walk, copy_rows, pack, pass_items, shadow, split
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +21,7 @@ def _send(client, values, workers):
     send that times out is tried again, each time twice as long, while the workers still
     accept connections (a worker just killed refuses them: found in a second, not after
     Dask's 30 s of connection attempts)."""
-    seconds = 1.0 + sum(v.nbytes for v in values) / 20e6
+    seconds = 1.0 + _nbytes(values) / 20e6
     for _ in range(4):
         try:
             return client.sync(client._scatter, [values], workers=workers, direct=True,
@@ -36,6 +36,14 @@ def _send(client, values, workers):
                 raise LostOwners(list(workers or [])) from None
             raise
     raise LostOwners(list(workers or []))
+
+
+def _nbytes(obj) -> int:
+    """Bytes of the arrays inside ``obj`` (to hold, or held: nothing)."""
+    sizes = []
+    _walk(obj, lambda x: sizes.append(getattr(getattr(x, "values", x), "nbytes", 0)
+                                      if not isinstance(x, held.Held) else 0))
+    return sum(sizes)
 
 
 def _listening(address: str) -> bool:
@@ -85,52 +93,86 @@ def aggregate(executor, step, data, params, state, merge, batch_size, progress):
 
     # the tasks' row state lands in ``next`` as it arrives (memory: one task's rows), and is
     # copied into the row state once every task is done (a pass run again reads it unchanged);
-    # a task returns None for state its step left unchanged (read-only: nothing to copy back)
+    # a task returns None for state its step left unchanged (read-only: nothing to copy back).
+    # Shares' workers hold what they were sent and wrote (``held``): only references travel
+    # for bytes they hold
     nexts = [_next_of(arr) for arr in arrays]
+    record = _record(executor)
+    hold = sharded and getattr(executor, "hold_arrays", True)
+    refs = held.params_refs(params) if hold else None
     for attempt in range(executor.pass_tries):
         if sharded:
             cache.ensure()
         plan_ = groups()
         changed = [[] for _ in arrays]
+        wrote = [None] * len(plan_)
 
         def land(i, result):
-            part, rows, values = result
+            part, rows, values, digests = result
             a, b = bounds(plan_[i][1])
             for j, v in enumerate(values):
                 if v is not None:
                     nexts[j][a:b] = v
                     changed[j].append((a, b))
+            wrote[i] = digests
             return part, rows
-        p, shares = executor._scatter(params, values=True), executor.shares()
-        client = executor.client
-        futures = []
+        shares, client = executor.shares(), executor.client
+        futures, sent = [], {}
         try:
+            p = None if hold else executor._scatter(params, values=True)
             for sh, g in plan_:
                 a, b = bounds(g)
                 pin = dict(workers=[sh.address], allow_other_workers=False) if sh else {}
-                values = tuple(np.asarray(arr[a:b]) for arr in arrays)  # (views: sent, not copied)
-                if values:  # to the share's worker directly
+                if hold:
+                    if id(sh) not in sent:  # the share's parameters, to its worker directly
+                        pp, slots = held.for_share(record, sh, refs)
+                        sent[id(sh)] = (_send(client, pp, [sh.address]), slots)
+                    p = sent[id(sh)][0]
+                    values = tuple(record.ref(sh, _state_slot(arr, j, a, b),
+                                              held.digest(arr[a:b]), np.asarray(arr[a:b]))
+                                   for j, arr in enumerate(arrays))
+                else:
+                    values = tuple(np.asarray(arr[a:b]) for arr in arrays)  # views: sent
+                if any(isinstance(v, (np.ndarray, held.ToHold)) for v in values):
                     values = _send(client, values, pin.get("workers"))
                 futures.append(client.submit(shard_tasks.run_shard_group, step, merge,
                                              cache.where(sh) if sh else None, g, values, p, shares,
                                              pure=False, **pin))
             results = gather_pinned(executor, futures, [sh.address if sh else None for sh, _ in plan_],
                                     progress, None, land)
-        except LostOwners as e:
+        except (LostOwners, held.NotHeld) as e:
             for f in futures:
                 f.cancel()
-            log.warning("Dask worker(s) %s lost during a pass; running it again",
-                        ", ".join(e.lost) or "?")
-            time.sleep(0.5 * (attempt + 1))
+            if isinstance(e, held.NotHeld):  # (a worker restarted, its disk cleaned)
+                log.warning("a Dask worker lost the arrays it held; sending them again")
+                record.forget()
+            else:
+                log.warning("Dask worker(s) %s lost during a pass; running it again",
+                            ", ".join(e.lost) or "?")
+                time.sleep(0.5 * (attempt + 1))
             continue
         for arr, nxt, done in zip(arrays, nexts, changed):
             copy_rows(arr, nxt, done)
+        for (sh, _), digests in zip(plan_, wrote):
+            if hold:
+                record.record(sh, dict(sent[id(sh)][1], **digests))
         acc = None
         for part, _ in results:
             if part is not None:
                 acc = part if acc is None else merge(acc, part)
         return acc
     raise executor._lost([], None)
+
+
+def _record(executor) -> held.HeldRecord:
+    """The executor's record of what its workers hold (for the run; forgotten with it)."""
+    if getattr(executor, "held", None) is None:
+        executor.held = held.HeldRecord()
+    return executor.held
+
+
+def _state_slot(arr, j: int, a: int, b: int) -> str:
+    return f"{held.slot_of(arr, f's{j}')}-{a}-{b}"
 
 
 def _next_of(arr):

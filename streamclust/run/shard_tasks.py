@@ -104,19 +104,29 @@ def take_rows(path: str, n: int, d: int, local_ids: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(X[np.asarray(local_ids, np.int64)], dtype=np.float32)
 
 
+def held_folder(path: str) -> str:
+    """Where the worker of the share cached in ``path`` keeps its held arrays (``run.held``)."""
+    return os.path.join(os.path.dirname(path), "held")
+
+
 def run_shard_group(step, merge, where, group, state, params, shares=None):
     """One task: ``step`` over the batches ``group`` ((start, stop) row ranges of the whole
     data, or in-memory batches when ``where`` is None), partials merged in order.  ``where``:
     ``(path, rows, features, first row)`` of this worker's share.  ``state``: the row-state
-    values of the group's rows (from its first row), written by the step; returned with the
-    merged partial and the rows done (None for an array the step left unchanged: what it only
-    read does not travel back)."""
+    values of the group's rows (from its first row), written by the step: with ``where``, as
+    references to what the worker holds or values to hold (``run.held``), as are the large
+    arrays of ``params``.  Returns the merged partial, the rows done, the state arrays the step
+    changed (None for one it left as it was: what it only read does not travel back) and, with
+    ``where``, the digests of the held state after the step by slot (the worker holds them)."""
+    from .held import Held, ToHold, digest, keep, resolve
     _use_share(shares)
-    values = tuple(np.array(a) for a in state)  # writable copies of what arrived
     if where is None:
+        values = tuple(np.array(a) for a in state)  # writable copies of what arrived
         batches, g0 = group, group[0].start
     else:
         path, n, d, first = where
+        folder = held_folder(path)
+        values, params = resolve(tuple(state), folder, writable=True), resolve(params, folder)
         X = open_cache_file(path, n, d)
         batches = (Batch(s, float32_rows(X[s - first:e - first])) for s, e in group)
         g0 = group[0][0]
@@ -125,7 +135,18 @@ def run_shard_group(step, merge, where, group, state, params, shares=None):
         part = step(b, tuple(a[b.start - g0:b.stop - g0] for a in values), params)
         acc = part if acc is None else merge(acc, part)
         rows += len(b.X)
-    return acc, rows, tuple(None if _same(v, a) else v for v, a in zip(values, state))
+    out, digests = [], {}
+    for v, ref in zip(values, state):
+        if not isinstance(ref, (Held, ToHold)):  # sent by value, not held
+            out.append(None if _same(v, ref) else v)
+            continue
+        digests[ref.slot] = dv = digest(v)
+        if dv == ref.digest:
+            out.append(None)
+        else:  # kept beside the input (a pass run again after a lost worker reads the input)
+            keep(folder, ref.slot, dv, v, also=ref.digest)
+            out.append(np.asarray(v))  # (a copy-on-write map's pages, sent as an array)
+    return acc, rows, tuple(out), digests
 
 
 def _same(new, old) -> bool:

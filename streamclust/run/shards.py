@@ -8,7 +8,8 @@ into ``<local_directory>/streamclust-shards/`` and every task over those rows is
 (``workers=[address], allow_other_workers=False``).  What travels: the pass's parameters, the
 partial results, ``take``'s rows (a coreset, a sample) and the row state of each task's rows, by
 value (the client keeps the row state, so checkpoints, ``resume`` and the algorithm's own reads
-of it are as in any fit).
+of it are as in any fit); a worker keeps what it was sent and wrote, so bytes it holds already
+travel as a reference (``run.held``).
 
 An algorithm that needs every row in one place (the kNN graph, rows read at random, so also
 the ordered pass ``ctx.scan`` that reads them) gets a *client copy*: the client also caches all
@@ -114,7 +115,7 @@ def worker_cache(algo, req, data, work_dir, executor, opts, progress=None):
                                progress, scale=opts["scale"], work_dir=work_dir,
                                columns=() if copy else req.columns, scaler=scaler)
     cache.client_copy = copy
-    executor.worker_rows = cache
+    executor.worker_rows, executor.held = cache, None
     return cache
 
 
@@ -123,6 +124,7 @@ def end_run(executor, failed: bool) -> None:
     succeeded (kept after a failure, for ``resume``: the next build of the same rows on the
     same worker reuses them); the executor free for another fit."""
     cache, executor.worker_rows = getattr(executor, "worker_rows", None), None
+    executor.held = None  # (what the workers held goes with their shares)
     if cache is None or failed:
         return
     try:
