@@ -1,7 +1,8 @@
 """The passes of a shared-nothing run (``streamclust.run.shards``) and how their results are
 gathered: tasks pinned to the worker holding their share, results fetched from the workers
 directly, a worker lost under a task (which would wait for it for ever) reported as
-:class:`LostOwners`, so that its shares are built again elsewhere and the pass runs again."""
+:class:`LostOwners`, so that its shares are built again elsewhere and the pass's tasks without
+a result run again."""
 from __future__ import annotations
 
 import logging
@@ -11,7 +12,7 @@ import numpy as np
 
 from ..base.interrupt import Terminated, check
 from . import held, shard_tasks
-from .dask_tasks import _MemmapRef, _walk, copy_rows, pack, pass_items, shadow, split
+from .dask_tasks import _walk, pack_values, pass_items, split
 
 log = logging.getLogger(__name__)
 
@@ -91,36 +92,43 @@ def aggregate(executor, step, data, params, state, merge, batch_size, progress):
     def bounds(g):
         return (g[0][0], g[-1][1]) if sharded else (g[0].start, g[-1].stop)
 
-    # the tasks' row state lands in ``next`` as it arrives (memory: one task's rows), and is
-    # copied into the row state once every task is done (a pass run again reads it unchanged);
-    # a task returns None for state its step left unchanged (read-only: nothing to copy back).
-    # Shares' workers hold what they were sent and wrote (``held``): only references travel
-    # for bytes they hold
-    nexts = [_next_of(arr) for arr in arrays]
+    # a task's row state lands in the row state as its result arrives (None for an array its
+    # step left unchanged: what it only read does not travel back), and a task whose result
+    # landed does not run again: a pass run again after a lost worker runs only the tasks
+    # without a result, which read their rows' input unchanged.  Shares' workers hold what
+    # they were sent and wrote (``held``): only references travel for bytes they hold
+    params = _snapshot(params, arrays)  # (a parameter that is row state: its input, kept)
     record = _record(executor)
     hold = sharded and getattr(executor, "hold_arrays", True)
     refs = held.params_refs(params) if hold else None
+    packed = None if hold else pack_values(params)
+    plan_, done = None, {}  # task → (partial, rows), across tries
     for attempt in range(executor.pass_tries):
         if sharded:
-            cache.ensure()
-        plan_ = groups()
-        changed = [[] for _ in arrays]
-        wrote = [None] * len(plan_)
+            cache.ensure()  # (the same tasks, a lost worker's shares elsewhere)
+        if sharded or plan_ is None:
+            plan_ = groups()
+        todo = [i for i in range(len(plan_)) if i not in done]
+        sent = {}
 
-        def land(i, result):
+        def land(k, result):
+            i = todo[k]
+            sh, g = plan_[i]
             part, rows, values, digests = result
-            a, b = bounds(plan_[i][1])
-            for j, v in enumerate(values):
+            a, b = bounds(g)
+            for arr, v in zip(arrays, values):
                 if v is not None:
-                    nexts[j][a:b] = v
-                    changed[j].append((a, b))
-            wrote[i] = digests
-            return part, rows
+                    arr[a:b] = v
+            if hold:
+                record.record(sh, dict(sent[id(sh)][1], **digests))
+            done[i] = (part, rows)
+            return None
         shares, client = executor.shares(), executor.client
-        futures, sent = [], {}
+        futures = []
         try:
-            p = None if hold else executor._scatter(params, values=True)
-            for sh, g in plan_:
+            p = None if hold else executor._scatter(packed)
+            for i in todo:
+                sh, g = plan_[i]
                 a, b = bounds(g)
                 pin = dict(workers=[sh.address], allow_other_workers=False) if sh else {}
                 if hold:
@@ -138,8 +146,9 @@ def aggregate(executor, step, data, params, state, merge, batch_size, progress):
                 futures.append(client.submit(shard_tasks.run_shard_group, step, merge,
                                              cache.where(sh) if sh else None, g, values, p, shares,
                                              pure=False, **pin))
-            results = gather_pinned(executor, futures, [sh.address if sh else None for sh, _ in plan_],
-                                    progress, None, land)
+            gather_pinned(executor, futures, [plan_[i][0].address if sharded else None
+                                              for i in todo],
+                          progress, [done_rows(plan_[i][1], bounds) for i in todo], land)
         except (LostOwners, held.NotHeld) as e:
             for f in futures:
                 f.cancel()
@@ -147,17 +156,14 @@ def aggregate(executor, step, data, params, state, merge, batch_size, progress):
                 log.warning("a Dask worker lost the arrays it held; sending them again")
                 record.forget()
             else:
-                log.warning("Dask worker(s) %s lost during a pass; running it again",
-                            ", ".join(e.lost) or "?")
+                log.warning("Dask worker(s) %s lost during a pass; running its %d unfinished "
+                            "task(s) again", ", ".join(e.lost) or "?",
+                            len(todo) - sum(i in done for i in todo))
                 time.sleep(0.5 * (attempt + 1))
             continue
-        for arr, nxt, done in zip(arrays, nexts, changed):
-            copy_rows(arr, nxt, done)
-        for (sh, _), digests in zip(plan_, wrote):
-            if hold:
-                record.record(sh, dict(sent[id(sh)][1], **digests))
         acc = None
-        for part, _ in results:
+        for i in range(len(plan_)):
+            part = done[i][0]
             if part is not None:
                 acc = part if acc is None else merge(acc, part)
         return acc
@@ -171,16 +177,28 @@ def _record(executor) -> held.HeldRecord:
     return executor.held
 
 
+def done_rows(g, bounds) -> int:
+    a, b = bounds(g)
+    return b - a
+
+
+def _snapshot(params, arrays):
+    """``params`` with a copy of any array that shares memory with the pass's row state."""
+    if not arrays:
+        return params
+
+    from ..data.cache import RowState
+
+    def leaf(x):
+        x = x.array if isinstance(x, RowState) else x
+        if isinstance(x, np.ndarray) and any(np.may_share_memory(x, a) for a in arrays):
+            return np.array(x)
+        return x
+    return _walk(params, leaf)
+
+
 def _state_slot(arr, j: int, a: int, b: int) -> str:
     return f"{held.slot_of(arr, f's{j}')}-{a}-{b}"
-
-
-def _next_of(arr):
-    """Where a pass's tasks' row state lands before it is committed: the ``next`` file of a
-    memory-mapped array (as the shared mode's, :func:`dask_tasks.shadow`), else an array in
-    memory."""
-    ref = pack(arr)
-    return shadow(ref).open() if isinstance(ref, _MemmapRef) else np.empty_like(arr)
 
 
 def gather_pinned(executor, futures, owners, progress=None, sizes=None, keep=None) -> list:

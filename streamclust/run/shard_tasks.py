@@ -145,7 +145,7 @@ def run_shard_group(step, merge, where, group, state, params, shares=None):
             out.append(None)
         else:  # kept beside the input (a pass run again after a lost worker reads the input)
             keep(folder, ref.slot, dv, v, also=ref.digest)
-            out.append(np.asarray(v))  # (a copy-on-write map's pages, sent as an array)
+            out.append(v)
     return acc, rows, tuple(out), digests
 
 

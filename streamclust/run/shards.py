@@ -17,8 +17,8 @@ rows in its work directory, as a local fit does; the graph is built there, ``ctx
 ``take`` and ``scan`` read it, and ``ctx.aggregate`` still runs on the workers' shares.
 
 A worker lost during a pass or a build: its shares are built again from the source on the
-workers left (the least loaded first) and the pass runs again; a worker that joins later takes
-no share.  Refused before the first pass (see docs/scale.md): ``on_invalid='skip'``, sources
+workers left (the least loaded first) and the pass's unfinished tasks run again; a worker that
+joins later takes no share.  Refused before the first pass (see docs/scale.md): ``on_invalid='skip'``, sources
 that do not know their rows up front, and ``ctx.scan`` of an algorithm that declares neither
 the graph nor ``random_rows``.  An update builds the shares of all rows again (the fit's were
 removed when it ended).  Scaling: raw rows cached, the shares' statistics merged in row order
