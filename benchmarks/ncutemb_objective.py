@@ -3,7 +3,7 @@ objective minimised to convergence (full batch, L-BFGS) instead of by SGD, from 
 the error of each start and of the minimum it reaches, and the objective at both.
 
 The objective is the one NCutEmb's SGD steps descend with the default parameters (linear f,
-standardised inputs, one output and its sign, ``kernels.sgd_block`` with two clusters): over the
+standardised inputs, one output and its sign, ``sgd.sgd_block`` with two clusters): over the
 edges (i, j) of the 10-nearest-neighbour graph, η⁺ [H(f_i, c) + H(f_j, c)] with c = sign(f_i +
 f_j), plus over all pairs (i, k), η⁻ max(0, 1 + c_k f_i) with c_k = sign(f_k) (that sum has a
 closed form: no sampling).  The hinge is smoothed (softplus, β = 20) so that L-BFGS applies; the

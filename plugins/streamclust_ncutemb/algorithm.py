@@ -8,8 +8,8 @@ is pushed out of the class of a random partner; a balancing constraint keeps eve
 use.  One epoch is one ordered pass (``ctx.scan``) of N draws (N rows): each draws an anchor row
 uniformly from all rows and runs ``rounds`` neighbour rounds and as many random-pair rounds,
 in blocks of ``block_rows`` draws in a seeded order, the SGD itself serial in a numba kernel
-(``kernels.sgd_block``); anchors, neighbours and partners are read from the memory-mapped
-feature cache by id (anchors are not the block's own rows: see ``kernels.sgd_block``).  A fit runs ``epochs`` epochs (``max_epochs`` bounds them too).  ``predict`` is f:
+(``sgd.sgd_block``); anchors, neighbours and partners are read from the memory-mapped
+feature cache by id (anchors are not the block's own rows: see ``sgd.sgd_block``).  A fit runs ``epochs`` epochs (``max_epochs`` bounds them too).  ``predict`` is f:
 argmax of the outputs, or their sign; the soft output is the softmax of f (two clusters:
 [σ(−2f), σ(2f)]), ``outputs(X)`` gives f itself.
 
@@ -68,6 +68,7 @@ from streamclust.toolkit import (NON_NEGATIVE, POSITIVE, DataError, ParameterErr
                                 kmeans)
 
 from . import kernels as kn
+from . import sgd
 from .update import Updates
 
 MODES = {"max": 1, "all": 2}
@@ -82,10 +83,10 @@ def _moments_step(batch, _state, _params):
 
 def _sgd_step(block, _state, carry, params):
     """One block of the ordered pass: as many SGD draws as the block has rows (a plain
-    function; the anchors are drawn from all rows, see ``kernels.sgd_block``)."""
+    function; the anchors are drawn from all rows, see ``sgd.sgd_block``)."""
     pairs, scale, cfg = params
     net, bal = carry
-    kn.sgd_block(len(block.X), block.start, pairs, net, scale, cfg, bal)
+    sgd.sgd_block(len(block.X), block.start, pairs, net, scale, cfg, bal)
     return carry
 
 

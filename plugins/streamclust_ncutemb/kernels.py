@@ -12,7 +12,7 @@ from collections import namedtuple
 import numba as nb
 import numpy as np
 
-from streamclust.toolkit import rng_below, rng_init
+from streamclust.toolkit import rng_below
 
 Net = namedtuple("Net", "W1 b1 W2 b2")
 Scale = namedtuple("Scale", "mean inv_std")
@@ -313,94 +313,6 @@ def _push_away(net, x, h, f, g, dh, c, step, cs):
     elif 1.0 + f[c] > 0.0:
         g[c] = 1.0
     backward(net, x, h, g, step, dh)
-
-
-@nb.njit(cache=True)
-def sgd_block(n, start, pairs, net, scale, cfg, bal):
-    """The SGD rounds of the positions ``start .. start + n`` of the epoch's permutation of all
-    rows (:func:`permuted`, keyed by seed and epoch): each position's anchor row i runs
-    ``cfg.rounds`` rounds: (1) a random neighbour j of i; the class from f(x_i) and f(x_j) (sign
-    of the sum / MAX / ALL); if balancing allows, a hinge step on both rows; (2) a random row k;
-    x_i pushed out of k's class.  Anchors come from the whole permutation, not from the block's
-    consecutive rows: a file sorted by class gives blocks of one class, on which sequential SGD
-    fails (g50c: 38 % error with blocks of 275 rows).  Serial: each step reads the weights the
-    previous one wrote (a seed fixes the result)."""
-    N, d = pairs.X.shape
-    C = net.b2.shape[0]
-    K = cfg.n_clusters
-    H = net.b1.shape[0]
-    xi_, xj_, xk_ = np.empty(d), np.empty(d), np.empty(d)
-    h, h2 = np.empty(max(H, 1)), np.empty(max(H, 1))
-    dh = np.empty(max(H, C))  # backward's scratch: H hidden units, or C outputs when linear
-    fi, fj, g = np.empty(C), np.empty(C), np.empty(C)
-    s = rng_init(cfg.seed, 0x4E43 + cfg.epoch, start)
-    key = np.uint64(rng_init(cfg.seed, 0x5045 + cfg.epoch, 0))
-    for p in range(start, start + n):
-        if cfg.count > 0:  # an update's anchors: rows first .. first + count
-            r = cfg.first + permuted(p - cfg.first, cfg.count, key)
-        else:
-            r = permuted(p, N, key)
-        lr = cfg.lr / (1.0 + (cfg.draws + p) / cfg.decay) if cfg.decay > 0.0 else cfg.lr
-        if cfg.l2 > 0.0:
-            decay(net, 1.0 - lr * cfg.l2)
-        _standardise(pairs.X[r], scale, xi_)
-        for _ in range(cfg.rounds):
-            # (1) a neighbour pair
-            s, j = _neighbour(pairs, r, s)
-            if j >= 0:
-                _standardise(pairs.X[j], scale, xj_)
-                forward(net, xi_, h, fi)
-                forward(net, xj_, h2, fj)
-                if cfg.mode == 2:  # ALL: every class with η_c = η⁺ f_c(x_i) > 0
-                    for c in range(K):
-                        eta = cfg.eta_pos * fi[c]
-                        if eta <= 0.0:
-                            continue
-                        allow = _allowed(bal, c, cfg)
-                        if allow == 0.0:
-                            bal.sums[2] += 1.0
-                            continue
-                        step = lr * eta * allow
-                        bal.sums[0] += _take_step(net, xi_, h, fi, g, dh, c, step, cfg.cs, True)
-                        bal.sums[0] += _take_step(net, xj_, h2, fj, g, dh, c, step, cfg.cs, False)
-                        bal.sums[1] += 1.0
-                        forward(net, xi_, h, fi)
-                    for o in range(C):
-                        fj[o] += fi[o]
-                    _remember(bal, predicted(fj))
-                else:
-                    if C == 1:
-                        c = 1 if fi[0] + fj[0] > 0.0 else 0
-                    else:  # MAX: the largest output over both rows
-                        ci, cj = predicted(fi), predicted(fj)
-                        c = ci if fi[ci] >= fj[cj] else cj
-                    allow = _allowed(bal, c, cfg)
-                    if allow == 0.0 and cfg.redirect:  # the best class the balance allows
-                        best, alt = -np.inf, -1
-                        for o in range(K):
-                            v = max(fi[o], fj[o]) if C > 1 else (fi[0] + fj[0]) * (2.0 * o - 1.0)
-                            if v > best and _allowed(bal, o, cfg) > 0.0:
-                                best, alt = v, o
-                        if alt >= 0:
-                            c, allow = alt, 1.0
-                            bal.sums[2] += 1.0
-                    _remember(bal, c)
-                    if allow == 0.0:
-                        bal.sums[2] += 1.0
-                    else:
-                        step = lr * cfg.eta_pos * allow
-                        bal.sums[0] += _take_step(net, xi_, h, fi, g, dh, c, step, cfg.cs, True)
-                        bal.sums[0] += _take_step(net, xj_, h2, fj, g, dh, c, step, cfg.cs, False)
-                        bal.sums[1] += 1.0
-            # (2) a random pair: x_i pushed out of the class of a random row k of the data set
-            # (not of the block: files sorted by class would give blocks of one class)
-            s, kk = rng_below(s, pairs.X.shape[0])
-            if kk != r and cfg.eta_neg > 0.0:
-                _standardise(pairs.X[kk], scale, xk_)
-                forward(net, xk_, h2, fj)
-                _push_away(net, xi_, h, fi, g, dh, predicted(fj), lr * cfg.eta_neg, cfg.cs)
-                bal.sums[3] += 1.0
-    return s
 
 
 @nb.njit(cache=True, parallel=True)

@@ -9,7 +9,9 @@ import pytest
 import streamclust
 from streamclust.testing import make_blobs
 from streamclust.toolkit import DataError, ParameterError, purity
+from streamclust.toolkit import rng_below, rng_init
 from streamclust_ncutemb import kernels as kn
+from streamclust_ncutemb import sgd
 
 DATA = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "shared", "data"))
 
@@ -123,13 +125,84 @@ def test_rows_without_neighbours_take_only_random_pair_steps():
         before = [a.copy() for a in net]
         bal = kn.Balance(np.arange(30) % 3, np.full(3, 10.0), np.zeros(1, np.int64), np.zeros(4), np.zeros(3))
         cfg = kn.Config(1, True, 0.01, 1.0, eta_neg, 10.0, 1, 0, 0, 3, 0.0, True, False, 0.0, 0.0)
-        kn.sgd_block(50, 0, kn.graph_pairs(ids, X), net, scale, cfg, bal)
+        sgd.sgd_block(50, 0, kn.graph_pairs(ids, X), net, scale, cfg, bal)
         return before, net, bal
 
     before, net, bal = run(0.0)
     assert all(np.array_equal(a, b) for a, b in zip(before, net)) and bal.sums[1] == 0
     _, net, bal = run(0.5)
     assert bal.sums[1] == 0 and bal.sums[3] > 40  # a partner equal to the anchor is skipped
+
+
+def _rounds_step_by_step(n, start, pairs, net, scale, cfg, bal):
+    """The SGD rounds as the slides write them, in Python over the network's primitives: five
+    forward passes and three steps a round, each forward under the weights the last step left."""
+    N, d = pairs.X.shape
+    C, H = net.b2.shape[0], net.b1.shape[0]
+    xi, xj, xk = np.empty(d), np.empty(d), np.empty(d)
+    h, h2, dh = np.empty(max(H, 1)), np.empty(max(H, 1)), np.empty(max(H, C))
+    fi, fj, g = np.empty(C), np.empty(C), np.empty(C)
+    s = np.uint64(rng_init(cfg.seed, 0x4E43 + cfg.epoch, start))  # numba's type, not int64
+    key = np.uint64(rng_init(cfg.seed, 0x5045 + cfg.epoch, 0))
+    for p in range(start, start + n):
+        r = kn.permuted(p, N, key)
+        lr = cfg.lr / (1.0 + (cfg.draws + p) / cfg.decay) if cfg.decay > 0 else cfg.lr
+        xi[:] = (pairs.X[r] - scale.mean) * scale.inv_std
+        s, j = kn._neighbour(pairs, r, s)
+        s, kk = rng_below(np.uint64(s), N)
+        s = np.uint64(s)
+        if j >= 0:
+            xj[:] = (pairs.X[j] - scale.mean) * scale.inv_std
+            kn.forward(net, xi, h, fi)
+            kn.forward(net, xj, h2, fj)
+            if C == 1:
+                c = 1 if fi[0] + fj[0] > 0 else 0
+            else:
+                c = int(np.argmax(fi)) if fi.max() >= fj.max() else int(np.argmax(fj))
+            allow = kn._allowed(bal, c, cfg)
+            kn._remember(bal, c)
+            if allow == 0.0:
+                bal.sums[2] += 1.0
+            else:
+                step = lr * cfg.eta_pos * allow
+                bal.sums[0] += kn._take_step(net, xi, h, fi, g, dh, c, step, cfg.cs, True)
+                bal.sums[0] += kn._take_step(net, xj, h2, fj, g, dh, c, step, cfg.cs, False)
+                bal.sums[1] += 1.0
+        if kk != r and cfg.eta_neg > 0:
+            xk[:] = (pairs.X[kk] - scale.mean) * scale.inv_std
+            kn.forward(net, xk, h2, fj)
+            kn._push_away(net, xi, h, fi, g, dh, kn.predicted(fj), lr * cfg.eta_neg, cfg.cs)
+            bal.sums[3] += 1.0
+
+
+@pytest.mark.parametrize("H,C,cs", [(6, 4, True), (6, 4, False), (0, 4, True), (5, 1, False),
+                                    (0, 1, False)])
+def test_a_round_read_once_equals_the_round_step_by_step(H, C, cs):
+    """``sgd_block`` reads the first layer once a round and moves the later rows'
+    pre-activations by the steps' rank-one updates; the weights, losses and balance after 300
+    draws equal the rounds run step by step (to rounding)."""
+    rng = np.random.default_rng(20 + H + C)
+    N, d = 400, 9  # positions of an epoch's permutation are below N
+    X = rng.normal(size=(N, d)).astype(np.float32)
+    ids = np.argsort(((X[:, None] - X[None]) ** 2).sum(2), axis=1)[:, 1:5].astype(np.int64)
+    ids[::7, :] = -1  # rows without neighbours take only the random-pair step
+    scale = kn.Scale(rng.normal(size=d) * 0.1, rng.uniform(0.5, 1.5, d))
+    K = max(C, 2)
+    cfg = kn.Config(0 if C == 1 else 1, 2, 0.05, 1.0, 0.3, 3.0, 1, 7, 1, K, 0.0, cs, False,
+                    10.0, 200.0)
+    runs = []
+    for block in (sgd.sgd_block, _rounds_step_by_step):
+        net = _net(np.random.default_rng(3), d, H, C)
+        bal = kn.Balance(np.full(20, -1, np.int64), np.zeros(K), np.zeros(1, np.int64), np.zeros(4),
+                         np.zeros(K))
+        block(300, 5, kn.graph_pairs(ids, X), net, scale, cfg, bal)
+        runs.append((net, bal))
+    (net, bal), (ref, ref_bal) = runs
+    assert ref_bal.sums[1] > 50 and ref_bal.sums[2] > 0 and ref_bal.sums[3] > 250, ref_bal.sums
+    for a, b in zip(net, ref):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(bal.sums, ref_bal.sums, rtol=1e-9)
+    np.testing.assert_array_equal(bal.counts, ref_bal.counts)
 
 
 def test_the_rate_of_a_draw_decays_with_the_draws_before_it():
@@ -145,7 +218,7 @@ def test_the_rate_of_a_draw_decays_with_the_draws_before_it():
         net = _net(np.random.default_rng(3), 3, 0, 3)
         bal = kn.Balance(np.arange(30) % 3, np.full(3, 10.0), np.zeros(1, np.int64), np.zeros(4), np.zeros(3))
         cfg = kn.Config(1, True, lr, 1.0, 0.3, 10.0, 1, 0, 2, 3, 0.0, True, False, draws, decay)
-        kn.sgd_block(1, 3, kn.graph_pairs(ids, X), net, scale, cfg, bal)
+        sgd.sgd_block(1, 3, kn.graph_pairs(ids, X), net, scale, cfg, bal)
         return net
 
     decayed = one(0.05, 120.0, 40.0)
