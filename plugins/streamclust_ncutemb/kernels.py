@@ -292,17 +292,17 @@ def _take_step(net, x, h, f, g, dh, c, step, cs, fresh):
 
 
 @nb.njit(cache=True, inline="always")
-def _push_away(net, x, h, f, g, dh, c, step, cs):
-    """The random-pair step: push x out of class c (one output: towards the other sign; C
-    outputs: f_c towards −1), a bounded hinge max(0, 1 + f_c(x))."""
-    forward(net, x, h, f)
+def push_grad(f, c, g, cs):
+    """The random-pair step's gradient at f: x out of class c (one output: towards the other
+    sign; C outputs: f_c towards −1, a bounded hinge max(0, 1 + f_c(x)); ``cs``: f_c below the
+    best other output by a margin)."""
     for o in range(f.shape[0]):
         g[o] = 0.0
     if f.shape[0] == 1:
         y = -1.0 if c == 1 else 1.0
         if 1.0 - y * f[0] > 0.0:
             g[0] = -y
-    elif cs:  # f_c below the best other output by a margin
+    elif cs:
         rival = 0 if c != 0 else 1
         for o in range(f.shape[0]):
             if o != c and f[o] > f[rival]:
@@ -312,6 +312,13 @@ def _push_away(net, x, h, f, g, dh, c, step, cs):
             g[rival] = -1.0
     elif 1.0 + f[c] > 0.0:
         g[c] = 1.0
+
+
+@nb.njit(cache=True, inline="always")
+def _push_away(net, x, h, f, g, dh, c, step, cs):
+    """The random-pair step, step by step: push x out of class c (:func:`push_grad`)."""
+    forward(net, x, h, f)
+    push_grad(f, c, g, cs)
     backward(net, x, h, g, step, dh)
 
 

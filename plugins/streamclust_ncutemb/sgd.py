@@ -19,7 +19,7 @@ import numpy as np
 from streamclust.toolkit import rng_below, rng_init
 
 from .kernels import (_allowed, _neighbour, _push_away, _remember, _standardise, _take_step,
-                      cs_hinge_grad, decay, forward, hinge_grad, permuted, predicted)
+                      cs_hinge_grad, decay, forward, hinge_grad, permuted, predicted, push_grad)
 
 
 @nb.njit(cache=True, inline="always")
@@ -127,27 +127,6 @@ def _shift(a, delta, w):
 
 
 @nb.njit(cache=True, inline="always")
-def _push_grad(f, c, g, cs):
-    """The random-pair step's gradient at f: x out of class c (as ``kernels._push_away``)."""
-    for o in range(f.shape[0]):
-        g[o] = 0.0
-    if f.shape[0] == 1:
-        y = -1.0 if c == 1 else 1.0
-        if 1.0 - y * f[0] > 0.0:
-            g[0] = -y
-    elif cs:
-        rival = 0 if c != 0 else 1
-        for o in range(f.shape[0]):
-            if o != c and f[o] > f[rival]:
-                rival = o
-        if 1.0 + f[c] - f[rival] > 0.0:
-            g[c] = 1.0
-            g[rival] = -1.0
-    elif 1.0 + f[c] > 0.0:
-        g[c] = 1.0
-
-
-@nb.njit(cache=True, inline="always")
 def _choose(bal, cfg, fi, fj):
     """The neighbour pair's class (sign of the sum / MAX) and the balance's factor for it."""
     C = fi.shape[0]
@@ -218,7 +197,7 @@ def _max_round(net, cfg, bal, lr, rows, has_j, has_k, work):
         _shift(a[0], delta[0], ii)
         _shift(a[0], delta[1], ij)
         _out(net, a[0], h[0], f[0])
-        _push_grad(f[0], ck, g, cfg.cs)
+        push_grad(f[0], ck, g, cfg.cs)
         _step2(net, h[0], g, lr * cfg.eta_neg, delta[2])
         for t in range(delta.shape[1]):  # both x_i steps in one δ
             delta[0, t] += delta[2, t]
