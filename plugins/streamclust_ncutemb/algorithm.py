@@ -94,7 +94,9 @@ def _combine(carries, rows):
     """Shares of an epoch on a distributed executor: the weights averaged by rows, the
     counters summed, the balancing memory of the first share."""
     w = np.asarray(rows, np.float64) / max(float(np.sum(rows)), 1.0)
-    net = kn.Net(*[sum(wi * c[0][a] for wi, c in zip(w, carries)) for a in range(4)])
+    dtypes = [a.dtype for a in carries[0][0]]  # the working copy's (kernels.working)
+    net = kn.Net(*[np.asarray(sum(wi * c[0][a] for wi, c in zip(w, carries)), dtypes[a])
+                   for a in range(4)])
     b0 = carries[0][1]
     bal = kn.Balance(b0.ring, b0.counts, b0.pos, sum(c[1].sums for c in carries),
                      sum(c[1].chosen for c in carries))
@@ -243,7 +245,7 @@ class NCutEmb(Updates, Algorithm):
             self._net = kn.Net(np.zeros((d, H)), np.zeros(H), np.zeros((H or d, 1)), np.zeros(1))
         else:
             self._pairs_ = self._pairs(ctx)
-            self._net = self._init_net(ctx)
+            self._net = kn.working(self._init_net(ctx))
         N = self.hyper["balance_window"]
         ring = np.arange(N, dtype=np.int64) % self.n_clusters  # start as if balanced
         self._bal = kn.Balance(ring, np.bincount(ring, minlength=self.n_clusters).astype(np.float64),
@@ -281,7 +283,7 @@ class NCutEmb(Updates, Algorithm):
             sums += self._bal.sums
             chosen += self._bal.chosen
         if h["average"] and e >= h["epochs"] // 2:
-            arrays = [a.copy() for a in self._net]
+            arrays = [a.astype(np.float64) for a in self._net]
             self._avg = arrays if self._avg is None else [a + b for a, b in zip(self._avg, arrays)]
             self._n_avg += 1
             self.net_ = kn.Net(*[a / self._n_avg for a in self._avg])

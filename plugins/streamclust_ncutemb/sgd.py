@@ -12,6 +12,11 @@ of O(d H).  The three rows' pre-activations are computed in one pass over the la
 round's start, every later forward from them and the rows' dot products, and the steps' δs are
 applied in one pass at the end.  Results differ from the step-by-step order only by rounding.
 The ALL rule (a step per class) keeps the step-by-step order (``_all_round``).
+
+A fit's working copy of W1 is float32 (``kernels.working``): the two passes over it run eight
+lanes instead of four; the pre-activations are summed in float32 and then carried in float64,
+as are the rows' dot products (one vectorised pass, ``_dots``) and every other weight.  At
+784 × 50 a draw took 43 µs with float64 W1 and scalar dot products, ~29 µs now.
 """
 import numba as nb
 import numpy as np
@@ -22,32 +27,34 @@ from .kernels import (_allowed, _neighbour, _push_away, _remember, _standardise,
                       cs_hinge_grad, decay, forward, hinge_grad, permuted, predicted, push_grad)
 
 
-@nb.njit(cache=True, inline="always")
-def _first(net):
-    """The first layer: ``W1`` (d × H), or ``W2`` (d × C) when f is linear."""
-    return net.W1 if net.b1.shape[0] > 0 else net.W2
-
-
 @nb.njit(cache=True)
 def _pre(L, rows, a, n):
-    """``a[m] = Lᵀ rows[m]`` for the first ``n`` rows (≤ 3) in one pass over L's rows."""
-    m_ = L.shape[1]
+    """``a[m] = Lᵀ rows[m]`` for the first ``n`` rows (≤ 3) in one pass over L's rows.  Four of
+    L's rows at a time: the sums over ``t`` (contiguous, vectorised) load and store ``a`` once per
+    four rows of L instead of once per row (16.9 → ~12 µs at 784 × 50 for three rows)."""
+    m_, d = L.shape[1], L.shape[0]
     for m in range(n):
         for t in range(m_):
             a[m, t] = 0.0
-    for q in range(L.shape[0]):
-        if n == 3:
-            x0, x1, x2 = rows[0, q], rows[1, q], rows[2, q]
+    q = 0
+    if n == 3:
+        a0, a1, a2 = a[0], a[1], a[2]
+        while q + 4 <= d:
+            l0, l1, l2, l3 = L[q], L[q + 1], L[q + 2], L[q + 3]
+            x00, x01, x02, x03 = rows[0, q], rows[0, q + 1], rows[0, q + 2], rows[0, q + 3]
+            x10, x11, x12, x13 = rows[1, q], rows[1, q + 1], rows[1, q + 2], rows[1, q + 3]
+            x20, x21, x22, x23 = rows[2, q], rows[2, q + 1], rows[2, q + 2], rows[2, q + 3]
             for t in range(m_):
-                w = L[q, t]
-                a[0, t] += w * x0
-                a[1, t] += w * x1
-                a[2, t] += w * x2
-        else:
-            for m in range(n):
-                xm = rows[m, q]
-                for t in range(m_):
-                    a[m, t] += L[q, t] * xm
+                w0, w1, w2, w3 = l0[t], l1[t], l2[t], l3[t]
+                a0[t] += w0 * x00 + w1 * x01 + w2 * x02 + w3 * x03
+                a1[t] += w0 * x10 + w1 * x11 + w2 * x12 + w3 * x13
+                a2[t] += w0 * x20 + w1 * x21 + w2 * x22 + w3 * x23
+            q += 4
+    for q in range(q, d):
+        for m in range(n):
+            xm = rows[m, q]
+            for t in range(m_):
+                a[m, t] += L[q, t] * xm
 
 
 @nb.njit(cache=True)
@@ -110,12 +117,18 @@ def _step2(net, h, g, step, delta):
         net.b1[t] -= delta[t]
 
 
-@nb.njit(cache=True, inline="always")
-def _dot1(x, y):
-    s = 1.0  # the bias's input
-    for q in range(x.shape[0]):
-        s += x[q] * y[q]
-    return s
+@nb.njit(cache=True, fastmath=True)
+def _dots(rows, out):
+    """``out`` = (x_i·x_j, x_i·x_i, x_i·x_k, x_j·x_k), each + 1 (the bias's input), in one pass
+    over the three rows (summed in any order: vectorised)."""
+    ij = ii = ik = jk = 0.0
+    for q in range(rows.shape[1]):
+        xi, xj, xk = rows[0, q], rows[1, q], rows[2, q]
+        ij += xi * xj
+        ii += xi * xi
+        ik += xi * xk
+        jk += xj * xk
+    out[0], out[1], out[2], out[3] = ij + 1.0, ii + 1.0, ik + 1.0, jk + 1.0
 
 
 @nb.njit(cache=True, inline="always")
@@ -149,23 +162,29 @@ def _choose(bal, cfg, fi, fj):
 
 
 @nb.njit(cache=True)
-def _max_round(net, cfg, bal, lr, rows, has_j, has_k, work):
+def _max_round(net, L, cfg, bal, lr, rows, has_j, has_k, work, narrow):
     """One round of the MAX or two-cluster rule on ``rows`` = (x_i, x_j, x_k) standardised:
     the neighbour step (if ``has_j``) and the random-pair step (if ``has_k``), reading and
     writing the first layer once (see the module's docstring).  ``work`` = (a, delta, h, f, g):
-    pre-activations and δs (3 × width), hidden units, outputs and gradient scratch."""
+    pre-activations and δs (3 × width), hidden units, outputs and gradient scratch;
+    ``narrow`` = (rows, a, delta) in the first layer's dtype (float32 with a hidden layer) and
+    the rows' dot products."""
     a, delta, h, f, g = work
-    L = _first(net)
+    rows_l, a_l, delta_l, dots = narrow
     for m in range(3):
         for t in range(delta.shape[1]):
             delta[m, t] = 0.0
-    _pre(L, rows, a, 3)
+        for q in range(rows.shape[1]):
+            rows_l[m, q] = rows[m, q]
+    _pre(L, rows_l, a_l, 3)
     bias = net.b1 if net.b1.shape[0] > 0 else net.b2
     for m in range(3):
         for t in range(a.shape[1]):
-            a[m, t] += bias[t]
-    xi, xj, xk = rows[0], rows[1], rows[2]
-    ij = _dot1(xi, xj) if has_j else 0.0
+            a[m, t] = a_l[m, t] + bias[t]
+    _dots(rows, dots)  # a row without j (or k) holds a stale row: its products are not used
+    ij = dots[0] if has_j else 0.0
+    ii, ik = dots[1], dots[2]
+    jk = dots[3] if has_j else 0.0
     if has_j:
         fi, fj = f[0], f[1]
         _out(net, a[1], h[1], fj)
@@ -188,8 +207,6 @@ def _max_round(net, cfg, bal, lr, rows, has_j, has_k, work):
             bal.sums[0] += loss
             bal.sums[1] += 1.0
     if has_k:
-        ii, ik = _dot1(xi, xi), _dot1(xi, xk)
-        jk = _dot1(xj, xk) if has_j else 0.0
         _shift(a[2], delta[0], ik)
         _shift(a[2], delta[1], jk)
         _out(net, a[2], h[2], f[2])
@@ -202,7 +219,10 @@ def _max_round(net, cfg, bal, lr, rows, has_j, has_k, work):
         for t in range(delta.shape[1]):  # both x_i steps in one δ
             delta[0, t] += delta[2, t]
         bal.sums[3] += 1.0
-    _apply(L, rows, delta, 2 if has_j else 1)
+    for m in range(2):
+        for t in range(delta.shape[1]):
+            delta_l[m, t] = delta[m, t]
+    _apply(L, rows_l, delta_l, 2 if has_j else 1)
 
 
 @nb.njit(cache=True)
@@ -251,7 +271,10 @@ def sgd_block(n, start, pairs, net, scale, cfg, bal):
     C = net.b2.shape[0]
     H = net.b1.shape[0]
     width = H if H > 0 else C
-    rows = np.empty((3, d))
+    rows = np.zeros((3, d))
+    dt = net.W1.dtype  # float32 when the working copy has a hidden layer (see algorithm.py)
+    narrow = (np.empty((3, d), dt), np.empty((3, width), dt), np.empty((3, width), dt),
+              np.empty(4))
     work = (np.empty((3, width)), np.empty((3, width)), np.empty((3, max(H, 1))),
             np.empty((3, C)), np.empty(C))
     dh = np.empty(max(H, C))  # the ALL rule's backward scratch
@@ -276,6 +299,8 @@ def sgd_block(n, start, pairs, net, scale, cfg, bal):
                 _standardise(pairs.X[kk], scale, rows[2])
             if cfg.mode == 2:
                 _all_round(net, cfg, bal, lr, rows, r, j, kk, work[2], work[3], work[4], dh)
+            elif H > 0:  # the first layer passed as itself: W1 and W2 may differ in dtype
+                _max_round(net, net.W1, cfg, bal, lr, rows, j >= 0, has_k, work, narrow)
             else:
-                _max_round(net, cfg, bal, lr, rows, j >= 0, has_k, work)
+                _max_round(net, net.W2, cfg, bal, lr, rows, j >= 0, has_k, work, narrow)
     return s

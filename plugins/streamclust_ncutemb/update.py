@@ -23,7 +23,7 @@ class Updates:
 
     def update(self, ctx, state: dict) -> None:
         self.restore(ctx, state)  # pairs of all rows: the graph holds the new rows
-        self._net = kn.Net(*[np.array(a) for a in self.net_])  # on from the fitted model
+        self._net = kn.working(self.net_)  # on from the fitted model
         self._avg, self._n_avg = None, 0
         self._update_epoch, self._update_rows = 0, ctx.old_rows
         self._draws = float(self._epoch) * ctx.old_rows  # the draws of the fit (its rate)
@@ -51,7 +51,7 @@ class Updates:
                 sums += self._bal.sums
                 chosen += self._bal.chosen
         self._draws += n_new + replay
-        arrays = [a.copy() for a in self._net]
+        arrays = [a.astype(np.float64) for a in self._net]
         self._avg = arrays if self._avg is None else [a + b for a, b in zip(self._avg, arrays)]
         self._n_avg += 1
         self.net_ = kn.Net(*[a / self._n_avg for a in self._avg])
