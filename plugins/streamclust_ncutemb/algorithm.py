@@ -34,8 +34,11 @@ Choices where the slides are silent (measured on bcw, g50c, glass and the usps t
 * Start (``init=kmeans``, linear f): the outputs of k-means on a uniform sample of
   ``init_sample`` standardised rows (f_c(x) = μ_cᵀx − ‖μ_c‖²/2, scaled so the median gap between
   the two largest outputs is 1), so SGD refines k-means with the graph; a random start
-  (``init=random``, and always with a hidden layer) lands in poorer optima more often (usps,
-  median of 5 seeds: 17.9 % against 21.9 %).
+  (``init=random``) lands in poorer optima more often (usps, median of 5 seeds: 17.9 % against
+  21.9 %).  With a hidden layer, W1 is random and W2, b2 the least-squares fit of those
+  outputs (centred per row) from its tanh units on the sample, scaled the same way: the usps
+  test split with 50 units, median of 3 seeds 20.5 % against 28.2 % from a random start;
+  70 000 digits at 28 × 28, 5 seeds, median 18.3 % against 22.7 %.
 * Inputs are centred per feature and scaled by one common standard deviation
   (``standardize=global``; usps pixels, median of 5 seeds: 17.9 % against 26.5 % with
   per-feature scaling, which amplifies the near-constant border pixels); ``feature`` and ``none`` are the alternatives.  The
@@ -144,7 +147,8 @@ class NCutEmb(Updates, Algorithm):
                                 "as far at 8M rows as at 200 000", NON_NEGATIVE),
         "pairs": Param("", str, "a column whose shared values make rows neighbours (sessions, "
                        "documents, consecutive frames) instead of the kNN graph"),
-        "init": Param("kmeans", str, "start: k-means outputs on a sample (linear f) or random",
+        "init": Param("kmeans", str, "start: k-means outputs on a sample (with a hidden layer: "
+                      "the second layer fitted to them by least squares) or random",
                       choices=("kmeans", "random")),
         "init_sample": Param(20000, int, "rows k-means starts from", at_least(2)),
         "standardize": Param("global", str, "inputs centred per feature and scaled by one common "
@@ -190,7 +194,7 @@ class NCutEmb(Updates, Algorithm):
         W1 = rng.normal(scale=1.0 / np.sqrt(d), size=(d, H))
         W2 = rng.normal(scale=1.0 / np.sqrt(H if H else d), size=(H if H else d, C))
         net = kn.Net(W1, np.zeros(H), W2, np.zeros(C))
-        if H or self.hyper["init"] != "kmeans":
+        if self.hyper["init"] != "kmeans":
             return net
         _, S = ctx.sample()
         Xs = (S.astype(np.float64) - self.scale_.mean) * self.scale_.inv_std
@@ -201,6 +205,12 @@ class NCutEmb(Updates, Algorithm):
         else:
             W2, b2 = mu.T.copy(), -(mu * mu).sum(1) / 2.0
         out = Xs @ W2 + b2
+        if H:  # the second layer: least squares from the random tanh units to those outputs
+            A = np.hstack([np.tanh(Xs @ W1), np.ones((len(Xs), 1))])
+            T = out - out.mean(axis=1, keepdims=True) if C > 1 else out
+            sol = np.linalg.lstsq(A, T, rcond=None)[0]
+            W2, b2 = sol[:-1], sol[-1]
+            out = A @ sol
         top = np.sort(out, axis=1)
         gap = np.median(np.abs(out[:, 0]) if C == 1 else top[:, -1] - top[:, -2])
         gap = gap if gap > 0 else 1.0

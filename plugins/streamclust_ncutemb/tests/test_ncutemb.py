@@ -261,6 +261,16 @@ def test_usps_reaches_the_slides():
     assert np.median(errs) <= 19.36, errs
 
 
+def test_a_hidden_layer_starts_from_kmeans():
+    """With a hidden layer (50 tanh units, the slides' MNIST network) the start fits the second
+    layer to k-means's outputs through the random first layer: median of 3 seeds on the usps
+    test split 20.5 %, against 28.2 % (21.6, 28.2, 38.9) from the random start it replaced."""
+    X, y = _load("usps")
+    errs = [_error(y, streamclust.fit(X, "ncutemb", 10, seed=s, hidden=50, progress=False)
+                   .predict(X)) for s in range(3)]
+    assert np.median(errs) <= 22.5, errs
+
+
 def test_data_sorted_by_class_in_small_blocks():
     """Blocks of consecutive rows of a class-sorted file hold one class; the anchors come from
     the epoch's permutation of all rows, so small blocks fit as well as one large block."""
