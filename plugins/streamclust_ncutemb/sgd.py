@@ -162,20 +162,18 @@ def _choose(bal, cfg, fi, fj):
 
 
 @nb.njit(cache=True)
-def _max_round(net, L, cfg, bal, lr, rows, has_j, has_k, work, narrow):
+def _max_round(net, L, cfg, bal, lr, rows, rows_l, has_j, has_k, work, narrow):
     """One round of the MAX or two-cluster rule on ``rows`` = (x_i, x_j, x_k) standardised:
     the neighbour step (if ``has_j``) and the random-pair step (if ``has_k``), reading and
     writing the first layer once (see the module's docstring).  ``work`` = (a, delta, h, f, g):
     pre-activations and δs (3 × width), hidden units, outputs and gradient scratch;
-    ``narrow`` = (rows, a, delta) in the first layer's dtype (float32 with a hidden layer) and
-    the rows' dot products."""
+    ``rows_l`` holds the rows in L's dtype (``rows`` itself when that is float64), ``narrow`` =
+    (a, delta) in L's dtype and the rows' dot products."""
     a, delta, h, f, g = work
-    rows_l, a_l, delta_l, dots = narrow
+    a_l, delta_l, dots = narrow
     for m in range(3):
         for t in range(delta.shape[1]):
             delta[m, t] = 0.0
-        for q in range(rows.shape[1]):
-            rows_l[m, q] = rows[m, q]
     _pre(L, rows_l, a_l, 3)
     bias = net.b1 if net.b1.shape[0] > 0 else net.b2
     for m in range(3):
@@ -273,8 +271,8 @@ def sgd_block(n, start, pairs, net, scale, cfg, bal):
     width = H if H > 0 else C
     rows = np.zeros((3, d))
     dt = net.W1.dtype  # float32 when the working copy has a hidden layer (see algorithm.py)
-    narrow = (np.empty((3, d), dt), np.empty((3, width), dt), np.empty((3, width), dt),
-              np.empty(4))
+    rows_l = np.zeros((3, d), dt)
+    narrow = (np.empty((3, width), dt), np.empty((3, width), dt), np.empty(4))
     work = (np.empty((3, width)), np.empty((3, width)), np.empty((3, max(H, 1))),
             np.empty((3, C)), np.empty(C))
     dh = np.empty(max(H, C))  # the ALL rule's backward scratch
@@ -300,7 +298,10 @@ def sgd_block(n, start, pairs, net, scale, cfg, bal):
             if cfg.mode == 2:
                 _all_round(net, cfg, bal, lr, rows, r, j, kk, work[2], work[3], work[4], dh)
             elif H > 0:  # the first layer passed as itself: W1 and W2 may differ in dtype
-                _max_round(net, net.W1, cfg, bal, lr, rows, j >= 0, has_k, work, narrow)
-            else:
-                _max_round(net, net.W2, cfg, bal, lr, rows, j >= 0, has_k, work, narrow)
+                for m in range(3):
+                    for q in range(d):
+                        rows_l[m, q] = rows[m, q]
+                _max_round(net, net.W1, cfg, bal, lr, rows, rows_l, j >= 0, has_k, work, narrow)
+            else:  # float64 (kernels.working): the rows as they are
+                _max_round(net, net.W2, cfg, bal, lr, rows, rows, j >= 0, has_k, work, narrow)
     return s
