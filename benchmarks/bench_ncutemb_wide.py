@@ -37,21 +37,14 @@ from streamclust.toolkit import purity  # noqa: E402
 
 
 @nb.njit(cache=True, inline="always")
-def _fwd(W, x, h, along_rows):
-    """h = tanh(Wᵀ x) over W (d × H): along its rows or along its columns."""
+def _fwd(W, x, h):
+    """h = tanh(Wᵀ x) over W (d × H), read along its rows."""
     d, H = W.shape
-    if along_rows:
+    for t in range(H):
+        h[t] = 0.0
+    for j in range(d):
         for t in range(H):
-            h[t] = 0.0
-        for j in range(d):
-            for t in range(H):
-                h[t] += W[j, t] * x[j]
-    else:
-        for t in range(H):
-            s = 0.0
-            for j in range(d):
-                s += W[j, t] * x[j]
-            h[t] = s
+            h[t] += W[j, t] * x[j]
     for t in range(H):
         h[t] = np.tanh(h[t])
 
@@ -66,7 +59,7 @@ def _out(W2, h, f):
 
 
 @nb.njit(cache=True, inline="always")
-def _step(W, W2, x, h, g, dh, lr, along_rows):
+def _step(W, W2, x, h, g, dh, lr):
     d, H = W.shape
     for t in range(H):
         s = 0.0
@@ -74,22 +67,27 @@ def _step(W, W2, x, h, g, dh, lr, along_rows):
             s += W2[t, c] * g[c]
             W2[t, c] -= lr * g[c] * h[t]
         dh[t] = lr * s * (1.0 - h[t] * h[t])
-    if along_rows:
-        for j in range(d):
-            for t in range(H):
-                W[j, t] -= dh[t] * x[j]
-    else:
+    for j in range(d):
         for t in range(H):
-            for j in range(d):
-                W[j, t] -= dh[t] * x[j]
+            W[j, t] -= dh[t] * x[j]
+
+
+@nb.njit(cache=True, inline="always")
+def _draw(X, scale, xs):
+    """Three random rows of the cache, standardised into ``xs`` (3 × d)."""
+    mean, inv = scale
+    N, d = X.shape
+    for m in range(3):
+        r = np.random.randint(N)
+        for j in range(d):
+            xs[m, j] = (np.float64(X[r, j]) - mean[j]) * inv[j]
 
 
 @nb.njit(cache=True)
-def bare_epoch(X, nets, scale, seed, along_rows):
+def bare_epoch(X, nets, scale, seed):
     """One epoch's least work (see the module's docstring); ``nets`` = (W1, W2), ``scale`` =
     (mean, inv_std).  Returns a checksum so nothing is optimised away."""
     W1, W2 = nets
-    mean, inv = scale
     N, d = X.shape
     H, C = W2.shape
     xs = np.empty((3, d))
@@ -98,21 +96,18 @@ def bare_epoch(X, nets, scale, seed, along_rows):
     np.random.seed(seed)
     total = 0.0
     for _ in range(N):
-        for a in range(3):
-            r = np.random.randint(N)
-            for j in range(d):
-                xs[a, j] = (np.float64(X[r, j]) - mean[j]) * inv[j]
-        _fwd(W1, xs[0], h, along_rows)        # anchor
-        _fwd(W1, xs[1], h2, along_rows)       # neighbour
+        _draw(X, scale, xs)
+        _fwd(W1, xs[0], h)        # anchor
+        _fwd(W1, xs[1], h2)       # neighbour
         _out(W2, h, f)
         for c in range(C):
             g[c] = 1e-3 * (f[c] - 0.5)
-        _step(W1, W2, xs[0], h, g, dh, 1e-4, along_rows)
-        _fwd(W1, xs[1], h2, along_rows)       # neighbour, after the anchor's step
-        _step(W1, W2, xs[1], h2, g, dh, 1e-4, along_rows)
-        _fwd(W1, xs[2], h2, along_rows)       # partner
-        _fwd(W1, xs[0], h, along_rows)        # anchor again
-        _step(W1, W2, xs[0], h, g, dh, 1e-4, along_rows)
+        _step(W1, W2, xs[0], h, g, dh, 1e-4)
+        _fwd(W1, xs[1], h2)       # neighbour, after the anchor's step
+        _step(W1, W2, xs[1], h2, g, dh, 1e-4)
+        _fwd(W1, xs[2], h2)       # partner
+        _fwd(W1, xs[0], h)        # anchor again
+        _step(W1, W2, xs[0], h, g, dh, 1e-4)
         total += h[0] + h2[0]
     return total
 
@@ -122,7 +117,6 @@ def bare_fused(X, nets, scale, seed):
     """The fused round's least work (see the module's docstring); ``nets`` = (W1 float32, W2).
     Returns a checksum so nothing is optimised away."""
     W1, W2 = nets
-    mean, inv = scale
     N, d = X.shape
     H, C = W2.shape
     xs = np.empty((3, d), np.float32)
@@ -131,10 +125,7 @@ def bare_fused(X, nets, scale, seed):
     np.random.seed(seed)
     total = 0.0
     for _ in range(N):
-        for m in range(3):
-            r = np.random.randint(N)
-            for j in range(d):
-                xs[m, j] = (np.float64(X[r, j]) - mean[j]) * inv[j]
+        _draw(X, scale, xs)
         a[:] = 0.0
         for j in range(d):
             x0, x1, x2 = xs[0, j], xs[1, j], xs[2, j]
@@ -201,13 +192,13 @@ def main():
         scale = (X.mean(0).astype(np.float64), np.full(d, 1.0 / X.std()))
         ts = {"fused": [], "8": []}
         bare_fused(Xc[:100], (W1.astype(np.float32), W2.copy()), scale, 0)  # compile
-        bare_epoch(Xc[:100], (W1.copy(), W2.copy()), scale, 0, True)
+        bare_epoch(Xc[:100], (W1.copy(), W2.copy()), scale, 0)
         for r in range(a.repeat):  # interleaved: a noisy machine slows both alike
             t = time.perf_counter()
             bare_fused(Xc, (W1.astype(np.float32), W2.copy()), scale, r)
             ts["fused"].append(time.perf_counter() - t)
             t = time.perf_counter()
-            bare_epoch(Xc, (W1.copy(), W2.copy()), scale, r, True)
+            bare_epoch(Xc, (W1.copy(), W2.copy()), scale, r)
             ts["8"].append(time.perf_counter() - t)
         bare = {k: median(v) for k, v in ts.items()}
     ep = median(epochs)

@@ -17,14 +17,6 @@ from streamclust.toolkit import rng_below
 Net = namedtuple("Net", "W1 b1 W2 b2")
 Scale = namedtuple("Scale", "mean inv_std")
 
-
-def working(net):
-    """The SGD's working copy of ``net``: with a hidden layer, W1 in float32 (the round's two
-    passes over it run twice as many lanes; the rows' dot products, the hidden units and every
-    other weight stay float64).  The model keeps float64 (the average of the working copies)."""
-    if net.b1.shape[0] == 0:
-        return Net(*[np.array(a, np.float64) for a in net])
-    return Net(np.array(net.W1, np.float32), *[np.array(a, np.float64) for a in net[1:]])
 #: SGD settings of one epoch: ``mode`` 0 two clusters (sign), 1 MAX, 2 ALL; ``soft`` balancing;
 #: ``lr`` this epoch's rate; ``eta_pos`` / ``eta_neg`` the weights of the neighbour and the
 #: random-pair steps; ``xi`` the slack of the hard or capped balance (``soft``: 0 hard, 1 soft,
@@ -50,6 +42,15 @@ Pairs = namedtuple("Pairs", "ids X groups")
 #: rows grouped by a column's value: ``code[r]`` the group of row r; the rows of group g are
 #: ``order[starts[g]:starts[g + 1]]`` (see :func:`group_rows`)
 Groups = namedtuple("Groups", "code starts order")
+
+
+def working(net):
+    """The SGD's working copy of ``net``: with a hidden layer, W1 in float32 (the round's two
+    passes over it run twice as many lanes; the rows' dot products, the hidden units and every
+    other weight stay float64).  The model keeps float64 (the average of the working copies)."""
+    if net.b1.shape[0] == 0:
+        return Net(*[np.array(a, np.float64) for a in net])
+    return Net(np.array(net.W1, np.float32), *[np.array(a, np.float64) for a in net[1:]])
 
 
 def graph_pairs(ids, X):
