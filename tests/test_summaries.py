@@ -228,3 +228,56 @@ def test_wide_greedy_seeding_read_in_parts_chooses_the_same_centres(monkeypatch)
     np.testing.assert_array_equal(out[0][0], out[1][0])
     assert out[0][1] == out[1][1]
     assert len(np.unique(out[0][0], axis=0)) == 12
+
+
+def _plain_lloyd(X, C, max_iter=300, tol=1e-8):
+    """Lloyd as written: every row against every centre every round (numpy), the same stop
+    rule and the same repair of an emptied cluster as the kernel."""
+    prev = np.inf
+    for _ in range(max_iter + 1):
+        D = ((X[:, None, :] - C[None, :, :]) ** 2).sum(2)
+        labels, d2 = D.argmin(1), D.min(1)
+        inertia = d2.sum()
+        if _ == max_iter:
+            break
+        counts = np.bincount(labels, minlength=len(C))
+        for j in np.flatnonzero(counts == 0):
+            far = int(np.argmax(d2))
+            counts[labels[far]] -= 1
+            labels[far], d2[far], counts[j] = j, 0.0, 1
+        C = np.stack([X[labels == j].sum(0) for j in range(len(C))]) / counts[:, None]
+        if prev < np.inf and prev - inertia <= tol * max(prev, 1e-300):
+            D = ((X[:, None, :] - C[None, :, :]) ** 2).sum(2)
+            return C, D.argmin(1), D.min(1).sum()
+        prev = inertia
+    return C, labels, inertia
+
+
+@pytest.mark.parametrize("n,d,k,spread", [(3000, 5, 8, 0.0), (2000, 50, 20, 3.0),
+                                          (1500, 300, 12, 1.0), (800, 7, 30, 0.0)])
+def test_lloyd_with_bounds_equals_comparing_every_centre(n, d, k, spread):
+    """The kernel skips rows whose label Hamerly's bound fixes; its labels and centres must be
+    plain Lloyd's (no clusters to find, spread 0: hundreds of rounds of small moves, where a
+    bound that forgot a centre's move keeps stale labels).  A start with repeated centres
+    empties clusters."""
+    from streamclust.summaries.kernels import lloyd
+    rng = np.random.default_rng(d)
+    X = rng.normal(size=(n, d)) + spread * rng.normal(size=(k, d))[rng.integers(0, k, n)]
+    C0 = X[rng.choice(n, k, replace=False)]
+    C0[1] = C0[0]  # an emptied cluster in the first round
+    C, labels, d2 = C0.copy(), np.empty(n, np.int32), np.empty(n)
+    inertia = lloyd(X, C, 300, 1e-8, labels, d2)
+    C_ref, labels_ref, inertia_ref = _plain_lloyd(X, C0.copy())
+    assert np.array_equal(labels, labels_ref)
+    np.testing.assert_allclose(C, C_ref, rtol=1e-10, atol=1e-12)
+    assert inertia == pytest.approx(inertia_ref, rel=1e-12)
+
+
+def test_kmeans_with_fewer_distinct_rows_than_clusters_puts_every_row_on_a_centre():
+    """k above the number of distinct rows: no division by an empty cluster's zero count (a
+    ZeroDivisionError once); every row sits on a centre, the spare centres repeat rows."""
+    from streamclust.summaries import kmeans
+    X = np.repeat(np.eye(5), 10, axis=0)
+    C, labels, inertia = kmeans(X, 8, np.random.default_rng(0), n_init=2)
+    assert inertia == 0.0 and np.array_equal(C[labels], X)
+    assert len(np.unique(C, axis=0)) == 5

@@ -182,34 +182,113 @@ def _assign(X, C, labels, d2):
     return total
 
 
+@nb.njit(cache=True, parallel=True, fastmath={"reassoc", "contract"})
+def _assign_bounded(X, C, labels, d2, lower, moves):
+    """:func:`_assign` for rows whose label may have changed only: ``lower[i]`` bounds row i's
+    distance to every centre but its own, and the centres moved since by at most ``moves`` =
+    (largest, second largest, the centre that moved most).  A row whose own centre is nearer
+    than that bound (less a margin far above rounding) keeps its label; every other row compares
+    all centres (Hamerly's bound).  Every distance comes from one call site, so a row's label
+    and ``d2`` are those comparing all centres gives (the lowest index on ties), whichever rows
+    are skipped.  ``lower = −inf`` (labels not yet set) makes a row compare all centres."""
+    big, second, most = moves[0], moves[1], int(moves[2])
+    k = C.shape[0]
+    for i in nb.prange(X.shape[0]):
+        own = labels[i] if lower[i] > 0.0 else -1
+        lo = lower[i] - (second if own == most else big)
+        best, next_, arg = np.inf, np.inf, 0
+        kept = False
+        for m in range(k + 1):  # the own centre first (m = 0), then the others in order
+            j = own if m == 0 else m - 1
+            if j < 0 or (m > 0 and j == own):
+                continue
+            d = sqdist(X[i], C[j])
+            if m == 0:
+                r = np.sqrt(d)
+                if r + 1e-7 * (r + lo) < lo:
+                    best, kept = d, True
+                    break
+            if d < best or (d == best and j < arg):
+                best, next_, arg = d, best, j
+            elif d < next_:
+                next_ = d
+        d2[i] = best
+        if kept:
+            lower[i] = lo
+        else:
+            labels[i] = arg
+            lower[i] = np.sqrt(next_)
+    total = 0.0
+    for i in range(X.shape[0]):
+        total += d2[i]
+    return total
+
+
+@nb.njit(cache=True, parallel=True)
+def _centre_sums(X, labels, C):
+    """``C[j]`` = the sum of the rows labelled j, taken over the rows in order (the centres
+    shared among threads: the same bits at any thread count)."""
+    for j in nb.prange(C.shape[0]):
+        for t in range(C.shape[1]):
+            C[j, t] = 0.0
+        for i in range(X.shape[0]):
+            if labels[i] == j:
+                for t in range(C.shape[1]):
+                    C[j, t] += X[i, t]
+
+
+@nb.njit(cache=True)
+def _moves(C_old, C, moves):
+    """How far the centres moved: ``moves`` = (largest, second largest, which moved most)."""
+    big, second, most = 0.0, 0.0, 0
+    for j in range(C.shape[0]):
+        m = 0.0
+        for t in range(C.shape[1]):
+            e = C[j, t] - C_old[j, t]
+            m += e * e
+        m = np.sqrt(m) * (1.0 + 1e-7)
+        if m > big:
+            big, second, most = m, big, j
+        elif m > second:
+            second = m
+    moves[0], moves[1], moves[2] = big, second, most
+
+
 @nb.njit(cache=True)
 def lloyd(X, C, max_iter, tol, labels, d2):
     """Lloyd iterations from the centres ``C`` (updated in place) until the inertia gains at most
     ``tol`` (relative) or ``max_iter`` rounds; an emptied cluster takes the row farthest from its
-    centre.  Fills ``labels`` / ``d2`` for the final centres and returns the inertia."""
+    centre (or keeps its centre when every row sits on one: fewer distinct rows than ``k``).
+    Fills ``labels`` / ``d2`` for the final centres and returns the inertia.  Rows
+    compare all centres only when Hamerly's bound says their label may change
+    (:func:`_assign_bounded`): the same labels and centres as comparing every row every round."""
     n, d = X.shape
     k = C.shape[0]
     counts = np.zeros(k, np.int64)
+    lower = np.full(n, -np.inf)
+    moves = np.zeros(3)
+    C_old = np.empty_like(C)
     prev = np.inf
     for _ in range(max_iter):
-        inertia = _assign(X, C, labels, d2)
+        inertia = _assign_bounded(X, C, labels, d2, lower, moves)
         counts[:] = 0
         for i in range(n):
             counts[labels[i]] += 1
         for j in range(k):
             if counts[j] == 0:
                 far = int(np.argmax(d2))
-                counts[labels[far]] -= 1
-                labels[far] = j
-                d2[far] = 0.0
-                counts[j] = 1
-        C[:] = 0.0
-        for i in range(n):
-            for t in range(d):
-                C[labels[i], t] += X[i, t]
+                if d2[far] > 0.0:  # (else every row sits on a centre: fewer distinct rows than k)
+                    counts[labels[far]] -= 1
+                    labels[far] = j
+                    d2[far] = 0.0
+                    lower[far] = -np.inf
+                    counts[j] = 1
+        C_old[:] = C
+        _centre_sums(X, labels, C)
         for j in range(k):
             for t in range(d):
-                C[j, t] /= counts[j]
+                C[j, t] = C[j, t] / counts[j] if counts[j] else C_old[j, t]
+        _moves(C_old, C, moves)
         if prev < np.inf and prev - inertia <= tol * max(prev, 1e-300):
             break
         prev = inertia
