@@ -287,7 +287,7 @@ def test_a_shared_nothing_fit_resumes_from_its_checkpoint(cloud, tmp_path, algor
 @pytest.mark.parametrize("algorithm, kw", [
     ("dgmm", dict(scale="standard", **FITS["dgmm"])),
     ("dgmm", dict(scale="minmax", metric="cosine", **FITS["dgmm"])),
-    ("ism", dict(given="label")),
+    ("ism", dict(given="label", search=False)),  # one candidate: the column, not the search
 ])
 def test_scaling_and_extra_columns_without_a_shared_work_directory(cloud, tmp_path, algorithm, kw):
     """Scaling statistics from every worker's share, merged in row order; an extra column's
