@@ -233,24 +233,26 @@ def test_wide_greedy_seeding_read_in_parts_chooses_the_same_centres(monkeypatch)
 def _plain_lloyd(X, C, max_iter=300, tol=1e-8):
     """Lloyd as written: every row against every centre every round (numpy), the same stop
     rule and the same repair of an emptied cluster as the kernel."""
-    prev = np.inf
-    for _ in range(max_iter + 1):
+    def nearest(C):
         D = ((X[:, None, :] - C[None, :, :]) ** 2).sum(2)
-        labels, d2 = D.argmin(1), D.min(1)
+        return D.argmin(1), D.min(1)
+    prev = np.inf
+    for _ in range(max_iter):
+        labels, d2 = nearest(C)
         inertia = d2.sum()
-        if _ == max_iter:
-            break
         counts = np.bincount(labels, minlength=len(C))
         for j in np.flatnonzero(counts == 0):
             far = int(np.argmax(d2))
-            counts[labels[far]] -= 1
-            labels[far], d2[far], counts[j] = j, 0.0, 1
-        C = np.stack([X[labels == j].sum(0) for j in range(len(C))]) / counts[:, None]
+            if d2[far] > 0.0:
+                counts[labels[far]] -= 1
+                labels[far], d2[far], counts[j] = j, 0.0, 1
+        C = np.stack([X[labels == j].sum(0) / counts[j] if counts[j] else C[j]
+                      for j in range(len(C))])
         if prev < np.inf and prev - inertia <= tol * max(prev, 1e-300):
-            D = ((X[:, None, :] - C[None, :, :]) ** 2).sum(2)
-            return C, D.argmin(1), D.min(1).sum()
+            break
         prev = inertia
-    return C, labels, inertia
+    labels, d2 = nearest(C)
+    return C, labels, d2.sum()
 
 
 @pytest.mark.parametrize("n,d,k,spread", [(3000, 5, 8, 0.0), (2000, 50, 20, 3.0),

@@ -180,7 +180,7 @@ class NCutEmb(Updates, Algorithm):
     def _epochs(self, n_rows: int) -> int:
         """``epochs``; 0: 50, or 35 with a hidden layer on ≥ 50 000 rows.  There the k-means
         start leaves the first epochs little to do and the rate has decayed to a third by
-        epoch 35 (digits28, 70 000 × 784, 5 seeds: median error 19.8 → 19.5 %, 130 → 100 s);
+        epoch 35 (digits28, 70 000 × 784, 5 seeds: median error 19.8 → 19.5 %, ~30 % less time);
         a small set draws too few rows in 35 (usps, 9 298 rows, 50 units: 14.9 → 15.5 %)."""
         e = self.hyper["epochs"]
         return e if e else 35 if self.hyper["hidden"] and n_rows >= 50_000 else 50
