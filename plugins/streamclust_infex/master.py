@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections import namedtuple
 
 import numpy as np
+import scipy.linalg as sla
 
 #: ``q`` the weights of the columns (simplex); ``objective`` the master's value (mean
 #: log-likelihood, or ρ); ``log_dual`` log η per row (−∞: η = 0); ``threshold`` σ*; ``gap`` the duality gap;
@@ -38,22 +39,64 @@ def _scaled(logK):
     return np.exp(logK - top[:, None]), top
 
 
+def _solve_free(H, c, F):
+    """y_F = −H_FF⁻¹ c_F (Cholesky; a least-squares solve when H_FF is numerically singular)."""
+    HF = H[np.ix_(F, F)]
+    try:
+        return sla.solve(HF, -c[F], assume_a="pos", check_finite=False)
+    except (np.linalg.LinAlgError, ValueError):
+        return np.linalg.lstsq(HF, -c[F], rcond=None)[0]
+
+
 def nonnegative_qp(H, c, y, tol=1e-12, max_iter=1000):
-    """min ½ yᵀHy + cᵀy s.t. y ≥ 0 by a primal active-set method started from the feasible ``y``
-    (its positive entries are the first free set).  H is symmetric positive (semi)definite."""
+    """min ½ yᵀHy + cᵀy s.t. y ≥ 0 (H symmetric positive (semi)definite), from ``y``: its
+    positive entries are the first free set.
+
+    Block principal pivoting (Júdice & Pires 1994; Kim & Park, SIAM J. Sci. Comput. 2011):
+    each step solves on the free set and exchanges at once every free entry below 0 and every
+    fixed entry whose gradient is below 0, falling back to one exchange (Murty's rule, finite
+    for a positive definite H) when that stops reducing the violations.  The active-set method
+    it replaces exchanged one entry a solve: on usps (1 500 rows at Scott's h, ~1 400 columns)
+    the master's first QP needed hundreds of solves, this one a handful.  If the pivoting does
+    not settle in ``max_iter`` steps (rounding on a nearly singular H), the primal active-set
+    method finishes from its last point."""
     R = len(c)
     y = np.maximum(np.asarray(y, np.float64), 0.0)
     free = y > 0
     if not free.any():
         free[int(np.argmin(c))] = True
     scale = max(1.0, float(np.abs(np.diag(H)).max()))
+    worst, chances = R + 1, 3
+    for _ in range(min(max_iter, 100)):
+        F = np.flatnonzero(free)
+        y = np.zeros(R)
+        y[F] = _solve_free(H, c, F)
+        g = H[:, F] @ y[F] + c
+        swap = (free & (y < -tol * max(1.0, float(np.abs(y).max())))) | (~free & (g < -tol * scale))
+        n_bad = int(swap.sum())
+        if not n_bad:
+            return np.maximum(y, 0.0)
+        if n_bad < worst:
+            worst, chances = n_bad, 3
+            free ^= swap
+        elif chances > 0:
+            chances -= 1
+            free ^= swap
+        else:
+            j = int(np.flatnonzero(swap)[-1])
+            free[j] = not free[j]
+    return _active_set(H, c, np.maximum(y, 0.0), tol, scale, max_iter)
+
+
+def _active_set(H, c, y, tol, scale, max_iter):
+    """The primal active-set method from the feasible ``y`` (one exchange a solve)."""
+    R = len(c)
+    free = y > 0
+    if not free.any():
+        free[int(np.argmin(c))] = True
     for _ in range(max_iter):
         F = np.flatnonzero(free)
-        HF = H[np.ix_(F, F)]
-        try:
-            yF = np.linalg.solve(HF, -c[F])
-        except np.linalg.LinAlgError:
-            yF = np.linalg.lstsq(HF, -c[F], rcond=None)[0]
+        yF = _solve_free(H, c, F)
         if (yF > 0).all():
             y = np.zeros(R)
             y[F] = yF
@@ -96,7 +139,8 @@ def solve_loglik(logK, w, q0=None, gap_tol=1e-8, max_iter=500) -> Solution:
         s = 1.0 - grad.min()  # max_j (Kᵀu)_j
         if s - 1.0 <= gap_tol and abs(x.sum() - 1.0) <= gap_tol:
             break
-        H = (K * (u / g_)[:, None]).T @ K
+        B = K * np.sqrt(u / g_)[:, None]
+        H = B.T @ B  # Kᵀ diag(u / g) K: BLAS's symmetric product, half the work
         H[np.diag_indices(R)] += 1e-10 * max(1.0, float(np.trace(H)) / R)
         y = nonnegative_qp(H, grad - H @ x, x)
         p = y - x

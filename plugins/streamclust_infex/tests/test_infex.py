@@ -89,6 +89,44 @@ def test_nonnegative_qp_against_brute_force():
     assert abs(0.5 * y @ H @ y + c @ y - min(best, 0.0)) < 1e-10
 
 
+@pytest.mark.parametrize("solver", ["nonnegative_qp", "_active_set"])
+def test_nonnegative_qp_is_nonnegative_least_squares(solver):
+    """Many columns, most of them 0 at the optimum, from a start where all are free (the
+    master's first QP): H = AᵀA, c = −Aᵀb is min ‖Ay − b‖² over y ≥ 0, scipy's NNLS."""
+    from scipy.optimize import nnls
+    rng = np.random.default_rng(5)
+    for m, R in ((300, 120), (80, 60), (40, 90)):
+        A = rng.normal(size=(m, R))
+        b = A[:, :R // 4] @ rng.uniform(0.5, 2.0, R // 4) - rng.normal(size=m)
+        H, c = A.T @ A + 1e-9 * np.eye(R), -A.T @ b
+        ref = nnls(A, b, maxiter=50 * R)[0]
+        if solver == "_active_set":
+            y = ms._active_set(H, c, np.ones(R), 1e-12, float(np.diag(H).max()), 1000)
+        else:
+            y = ms.nonnegative_qp(H, c, np.ones(R))
+        assert (y >= 0).all()
+        f = lambda v: 0.5 * v @ H @ v + c @ v  # noqa: E731
+        assert f(y) <= f(ref) + 1e-9 * abs(f(ref))
+        if m > R:  # A of full column rank: one minimiser
+            np.testing.assert_allclose(y, ref, atol=1e-6)
+
+
+def test_distinct_keeps_the_rows_the_all_pairs_greedy_keeps():
+    """The windowed search against the definition: each row against every earlier kept row."""
+    rng = np.random.default_rng(6)
+    for T, d, r in ((600, 64, 0.5), (900, 3, 0.2), (200, 1, 0.05), (1, 5, 1.0)):
+        C = rng.normal(size=(T // 9 + 1, d)) * 3
+        Z = C[rng.integers(0, len(C), T)] + rng.normal(size=(T, d)) * r * rng.choice(
+            [0.05, 0.5, 1.0], size=(T, 1))
+        Z[rng.integers(0, T, T // 10)] = Z[0]  # exact duplicates
+        kept = []
+        for t in range(T):
+            if all(((Z[t] - Z[s]) ** 2).sum() > r * r for s in kept):
+                kept.append(t)
+        np.testing.assert_array_equal(kn.distinct(Z, r), kept)
+    assert len(kn.distinct(np.zeros((0, 4)), 1.0)) == 0
+
+
 def test_certificate_holds_against_a_brute_force_search():
     """Fitted on blobs: no point of a dense search (rows, midpoints, jittered exemplars) has a
     reduced cost above ε; the exemplars sit near the four blob centres."""
