@@ -50,9 +50,13 @@ from .update import Updates
 
 log = logging.getLogger("streamclust.infex")
 
-#: the master's coreset when ``coreset_size`` is 0 and there are more than ``max_master_rows``
-#: rows (20 000 rows: 145 s at 1M digit rows with h = 500, peak 687 MiB; docs/benchmarks.md)
-AUTO_CORESET = 20_000
+#: ``max_master_rows``' default: the master takes every row up to this many, and a coreset of this
+#: many rows above.  With the default bandwidth (Scott's rule) nearly every master row becomes an
+#: exemplar and a round costs about m³: usps (9 298 × 256) on a coreset of 1 000 rows took 38 s,
+#: of 1 500 rows 118 s, and 2 000 rows of it 453 s (docs/algorithms/infex.md).  With a bandwidth
+#: that leaves few exemplars the master can take far more (``coreset_size=20000``: 145 s at 1M
+#: digit rows with h = 500, peak 687 MiB; docs/benchmarks.md).
+AUTO_MASTER_ROWS = 1_200
 
 
 def _score_step(batch, _state, params):
@@ -105,9 +109,10 @@ class INFEX(Updates, Algorithm):
                          POSITIVE),
         "gap": Param(1e-8, float, "duality gap the master is solved to", POSITIVE),
         "coreset_size": Param(0, int, "rows of the weighted coreset the master runs on (0: every "
-                              "row up to max_master_rows, a coreset of 20 000 rows above)",
+                              "row up to max_master_rows, a coreset of that many rows above)",
                               NON_NEGATIVE),
-        "max_master_rows": Param(100000, int, "the most rows a master without coreset takes",
+        "max_master_rows": Param(AUTO_MASTER_ROWS, int, "the most rows a master without coreset "
+                                 "takes (and the automatic coreset's rows)",
                                  at_least(1)),
         "starts": Param(2000, int, "mean-shift starts per round: every master row when there are "
                         "at most this many, else a uniform sample", at_least(1)),
@@ -130,12 +135,12 @@ class INFEX(Updates, Algorithm):
 
     def _coreset_rows(self, n_rows: int) -> int:
         """The rows of the master's coreset, 0 when the master takes every row: ``coreset_size``,
-        or with 0 a coreset of ``AUTO_CORESET`` rows above ``max_master_rows`` rows (so that the
-        defaults fit any number of rows; ``n_rows`` 0: not known yet, every row)."""
+        or with 0 a coreset of ``max_master_rows`` rows above that many rows (so that the
+        defaults fit any number of rows in minutes; ``n_rows`` 0: not known yet, every row)."""
         h = self.hyper
         if h["coreset_size"] or n_rows <= h["max_master_rows"]:
             return h["coreset_size"]
-        return min(AUTO_CORESET, h["max_master_rows"])
+        return h["max_master_rows"]
 
     def memory(self, n_rows, n_features):
         """The master's first round (:func:`master_bytes`): R = m columns when the rows start

@@ -201,17 +201,21 @@ def test_number_of_clusters_is_an_outcome():
 
 def test_coreset_master_and_full_data_objective():
     X, y = make_blobs(n=6000, k=4, d=3, seed=6)
-    full = streamclust.fit(X, "infex", bandwidth=1.0, progress=False)
+    full = streamclust.fit(X, "infex", bandwidth=1.0, max_master_rows=len(X), progress=False)
+    assert full.history[0]["rows"] == len(X)
     cs = streamclust.fit(X, "infex", bandwidth=1.0, coreset_size=800, progress=False)
     a = cs.algorithm_
     assert a.certified_ and nmi(y, cs.predict(X)) > 0.9
     # the coreset's optimum scored on every row: close to the optimum on every row
     assert full.algorithm_.full_objective_ - 0.02 < a.full_objective_ <= full.algorithm_.full_objective_ + 1e-9
     # more rows than max_master_rows and no coreset_size: the master runs on a coreset of
-    # min(20 000, max_master_rows) rows, the same as when that size is set (it was an error)
+    # max_master_rows rows, the same as when that size is set (it was an error)
     auto = streamclust.fit(X, "infex", bandwidth=1.0, max_master_rows=800, progress=False)
     np.testing.assert_array_equal(auto.algorithm_.exemplars_, a.exemplars_)
     np.testing.assert_array_equal(auto.algorithm_.weights_, a.weights_)
+    # by default 1 200 rows (it was every row up to 100 000: usps with defaults ran for hours)
+    dflt = streamclust.fit(X, "infex", bandwidth=1.0, progress=False)
+    assert {e["rows"] for e in dflt.history} == {1200}
 
 
 def test_finite_support_kernels_and_bad_input():
