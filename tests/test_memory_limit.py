@@ -146,7 +146,7 @@ def test_infex_later_rounds_keep_the_master_within_the_budget():
     """KVQ adds columns every round (142 on these rows without a limit).  With a budget that
     holds a master of 60 columns (counted by hand: the process, a batch, the coreset, then the
     master) the fit keeps the best new columns that fit, stops when none does, and says why."""
-    from streamclust_infex.algorithm import master_bytes
+    from streamclust_infex.master import master_bytes
     X, _ = make_blobs(n=4000, k=3, d=4, seed=2)
     kw = dict(objective="kvq", coreset_size=2000, starts=40, progress=False, max_epochs=60)
     free = streamclust.fit(X, "infex", **kw)
@@ -168,7 +168,7 @@ def test_a_csv_of_unknown_length_is_checked_once_its_rows_are_counted(tmp_path):
     """A CSV's rows are known only after the cache pass: INFEX without a coreset (its master on
     all 1 000 rows, the rows as columns: 8 · (5 · 1000² + 1000 · 4) bytes) is refused then,
     before its first pass."""
-    from streamclust_infex.algorithm import master_bytes
+    from streamclust_infex.master import master_bytes
     path = str(tmp_path / "a.csv")
     np.savetxt(path, np.random.default_rng(0).normal(size=(1000, 4)), delimiter=",",
                header="a,b,c,d", comments="")
