@@ -3,11 +3,13 @@
 * ``loglik``: min_q −Σ_i ŵ_i log (K q)_i over the simplex (ŵ = w / Σw), solved by mix-SQP (Kim,
   Carbonetto, Stephens & Anitescu, JCGS 2020): SQP steps on the relaxed problem
   min_{x ≥ 0} −Σ ŵ_i log (Kx)_i + Σ_j x_j (whose solution lies on the simplex), each QP solved
-  by an active-set method warm-started from the current support, with a backtracking line
-  search.  The rows of K may be scaled freely (the solution does not change), so K is passed as
-  log-responses and every row is shifted by its largest entry: Gaussian tails do not underflow.
+  by block principal pivoting started from the current support (:func:`nonnegative_qp`), with
+  a backtracking line search.  The rows of K may be scaled freely (the solution does not
+  change), so K is passed as log-responses and every row is shifted by its largest entry:
+  Gaussian tails do not underflow.
   Duals: η_i = ŵ_i / γ_i; the duality gap of a point q is max_j (Kᵀη)_j − 1 ≥ the gap to the
-  optimum (concavity of log), so it is the stopping rule and the reported gap.
+  optimum (concavity of log), so it is the stopping rule and the reported gap.  The memory of
+  a master: :func:`master_bytes`.
 * ``kvq``: max ρ s.t. K q ≥ ρ 1, q on the simplex: a linear program solved by HiGHS (scipy's
   ``linprog``); the duals μ (Σ μ = 1) of the covering rows come from its marginals.
 
@@ -58,8 +60,8 @@ def nonnegative_qp(H, c, y, tol=1e-12, max_iter=1000):
     for a positive definite H) when that stops reducing the violations.  The active-set method
     it replaces exchanged one entry a solve: on usps (1 500 rows at Scott's h, ~1 400 columns)
     the master's first QP needed hundreds of solves, this one a handful.  If the pivoting does
-    not settle in ``max_iter`` steps (rounding on a nearly singular H), the primal active-set
-    method finishes from its last point."""
+    not settle in 100 steps (rounding on a nearly singular H), the primal active-set method
+    finishes from its last point (at most ``max_iter`` exchanges)."""
     R = len(c)
     y = np.maximum(np.asarray(y, np.float64), 0.0)
     free = y > 0
