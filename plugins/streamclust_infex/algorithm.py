@@ -56,7 +56,8 @@ log = logging.getLogger("streamclust.infex")
 #: ``max_master_rows``' default: the master takes every row up to this many, and a coreset of this
 #: many rows above.  With the default bandwidth (Scott's rule) nearly every master row becomes an
 #: exemplar and a round costs about m³: usps (9 298 × 256) on a coreset of 1 000 rows took 38 s,
-#: of 1 500 rows 118 s, and 2 000 rows of it 453 s (docs/algorithms/infex.md).  With a bandwidth
+#: of 1 500 rows 118 s, and 2 000 rows of it 453 s, before the warm start across rounds
+#: (docs/algorithms/infex.md).  With a bandwidth
 #: that leaves few exemplars the master can take far more (``coreset_size=20000``: 145 s at 1M
 #: digit rows with h = 500, peak 687 MiB; docs/benchmarks.md).
 AUTO_MASTER_ROWS = 1_200
@@ -131,8 +132,8 @@ class INFEX(Updates, Algorithm):
         return h["max_master_rows"]
 
     def memory(self, n_rows, n_features):
-        """The master's first round (:func:`master.master_bytes`): R = m columns when the rows start
-        as columns, else at most ``starts``; later rounds add columns only while the master
+        """The master's first round (:func:`master.master_bytes`): R = m columns when the rows
+        start as columns, else at most ``starts``; later rounds add columns only while the master
         stays within ``ctx.memory_budget``.  ``n_rows`` 0 (a CSV without a coreset: not known
         before the cache pass): counted when the engine checks again after it.  Measured: m =
         R = 4 000 held at least 551 MiB above the process in its first round (stopped there;

@@ -135,12 +135,12 @@ def distinct(Z, radius):
     p = Z @ (u / np.linalg.norm(u))
     order = np.argsort(p, kind="stable")
     slack = 1e-9 * (float(np.abs(p).max()) + radius)  # projections rounded; the test is exact
-    return _distinct_window(Z, (p, order), radius, radius + slack)
+    return np.flatnonzero(_distinct_window(Z, (p, order), radius, radius + slack))
 
 
 @nb.njit(cache=True)
 def _distinct_window(Z, proj, radius, window):
-    """``distinct`` with ``proj`` = (projections, their ascending order)."""
+    """``distinct``'s mask of kept rows, with ``proj`` = (projections, their ascending order)."""
     p, order = proj
     T = Z.shape[0]
     pos = np.empty(T, np.int64)
@@ -148,7 +148,6 @@ def _distinct_window(Z, proj, radius, window):
         pos[order[k]] = k
     kept = np.zeros(T, np.bool_)
     r2 = radius * radius
-    m = 0
     for t in range(T):
         new = True
         for step in (-1, 1):
@@ -158,13 +157,5 @@ def _distinct_window(Z, proj, radius, window):
                 if s < t and kept[s] and sqdist(Z[t], Z[s]) <= r2:
                     new = False
                 k += step
-        if new:
-            kept[t] = True
-            m += 1
-    keep = np.empty(m, np.int64)
-    j = 0
-    for t in range(T):
-        if kept[t]:
-            keep[j] = t
-            j += 1
-    return keep
+        kept[t] = new
+    return kept

@@ -73,20 +73,18 @@ def nonnegative_qp(H, c, y, tol=1e-12, max_iter=1000):
         F = np.flatnonzero(free)
         y = np.zeros(R)
         y[F] = _solve_free(H, c, F)
-        g = H[:, F] @ y[F] + c
+        g = H @ y + c
         swap = (free & (y < -tol * max(1.0, float(np.abs(y).max())))) | (~free & (g < -tol * scale))
         n_bad = int(swap.sum())
         if not n_bad:
             return np.maximum(y, 0.0)
         if n_bad < worst:
             worst, chances = n_bad, 3
-            free ^= swap
         elif chances > 0:
             chances -= 1
-            free ^= swap
-        else:
-            j = int(np.flatnonzero(swap)[-1])
-            free[j] = not free[j]
+        else:  # Murty's rule: only the last violated entry
+            swap[:np.flatnonzero(swap)[-1]] = False
+        free ^= swap
     return _active_set(H, c, np.maximum(y, 0.0), tol, scale, max_iter)
 
 
