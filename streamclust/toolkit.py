@@ -9,6 +9,7 @@ from .run.executor import merge_sum, weights_of
 from .graph.knn import KNNGraph, KNNIndex
 from .model.metrics import (Contingency, accuracy, nmi, purity, quantization_error)
 from .base.rng import rng_below, rng_init, rng_next, rng_uniform
+from .base.kernelargs import readonly
 from .base.rowmath import softmax_into, sqdist
 from .data.batch import Batch
 from .data.filesystems import expand_files, local_fingerprint
@@ -26,6 +27,8 @@ __all__ = [
     "merge_sum",
     # distances (NumPy / BLAS) and numba row helpers
     "pairwise_sqdist", "nearest_center", "row_sq", "sqdist", "softmax_into",
+    # kernel arguments of one numba type (one compiled version)
+    "readonly",
     # counter-based random numbers for kernels
     "rng_init", "rng_next", "rng_uniform", "rng_below",
     # seeding, k-means, coresets

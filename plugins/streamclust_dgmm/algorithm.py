@@ -55,7 +55,8 @@ import numpy as np
 
 from streamclust import Algorithm, Assignment, EpochReport, Param, Requirements
 from streamclust.toolkit import (NON_NEGATIVE, ParameterError, afkmc2, afkmc2_stream,
-                                 afkmc2_trials, at_least, kmeanspp, nearest_center, weights_of)
+                                 afkmc2_trials, at_least, kmeanspp, nearest_center, readonly,
+                                 weights_of)
 
 from .kernels import Accum, EStepConfig, GMMParams, estep, posterior
 from .index import start_from_index
@@ -92,7 +93,9 @@ def estep_step(batch, state, params):
                 np.zeros(0 if cfg.dense else n * npairs, np.int64),
                 np.zeros(0 if cfg.dense else n * npairs))
     if n:
-        estep(batch.X, weights_of(batch), K, prm, sim, cfg._replace(row_start=batch.start), acc)
+        # (X read-only whatever its source: one compiled E-step, see toolkit.readonly)
+        estep(readonly(batch.X), weights_of(batch), K, prm, sim, cfg._replace(row_start=batch.start),
+              acc)
     if cfg.dense:  # the packed upper triangle, summed over the threads in place
         S = acc.S[0]
         for t in range(1, T):

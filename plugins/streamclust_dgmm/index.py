@@ -10,7 +10,7 @@ from collections import namedtuple
 import numba as nb
 import numpy as np
 
-from streamclust.toolkit import kmeans
+from streamclust.toolkit import kmeans, readonly
 
 from .kernels import insert_top, sqdist
 
@@ -114,7 +114,7 @@ def start_step(batch, state, params):
     means, tree, probe, threads = params
     evals = np.zeros(max(1, min(threads, len(batch.X))))
     if len(batch.X):
-        nearest_means(batch.X, means, tree, probe, K, evals)
+        nearest_means(readonly(batch.X), means, tree, probe, K, evals)
     return np.array([evals.sum()])
 
 

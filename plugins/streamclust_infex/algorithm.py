@@ -44,7 +44,7 @@ import numpy as np
 
 from streamclust import Algorithm, Assignment, EpochReport, Param, Requirements
 from streamclust.toolkit import (NON_NEGATIVE, POSITIVE, ParameterError, at_least, in_range,
-                                nearest_center)
+                                nearest_center, readonly)
 
 from . import kernels as kn
 from . import master as ms
@@ -67,7 +67,7 @@ def _score_step(batch, _state, params):
     """Σ_i log γ(x_i) and min_i γ(x_i) over a batch (the full-data objective)."""
     Z, logq, kern = params
     L = np.empty((len(batch.X), len(Z)))
-    kn.log_responses(batch.X, Z, kern, L)
+    kn.log_responses(readonly(batch.X), readonly(Z), kern, L)
     L += logq
     top = L.max(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -207,11 +207,11 @@ class INFEX(Updates, Algorithm):
                 Z = np.vstack([Z, self._climb(X, log_eta, X[self._starts(rows, log_eta)]
                                               .astype(np.float64))])
         score = np.empty(len(Z))
-        kn.log_scores(X, log_eta, Z, kern, score)
+        kn.log_scores(readonly(X), log_eta, Z, kern, score)
         delta = np.exp(score) - threshold
         best = float(delta.max()) if len(delta) else -np.inf
         if steer is not None:
-            kn.log_scores(X, steer, Z, kern, score)
+            kn.log_scores(readonly(X), steer, Z, kern, score)
             delta = np.maximum(delta, np.exp(score) - threshold)
         order = np.argsort(-delta, kind="stable")
         order = order[delta[order] > h["epsilon"]]
@@ -237,7 +237,7 @@ class INFEX(Updates, Algorithm):
         """The master over the current columns, and their log-responses on the master rows."""
         h = self.hyper
         L = np.empty((len(self._X), len(self._Z)))
-        kn.log_responses(self._X, self._Z, self.kernel_, L)
+        kn.log_responses(readonly(self._X), readonly(self._Z), self.kernel_, L)
         if h["objective"] == "kvq":
             return ms.solve_kvq(L), L
         try:
@@ -356,7 +356,7 @@ class INFEX(Updates, Algorithm):
         X = np.ascontiguousarray(X, dtype=np.float32)
         L = np.empty((len(X), len(self.exemplars_)))
         if len(X):
-            kn.log_responses(X, self.exemplars_, self.kernel_, L)
+            kn.log_responses(readonly(X), readonly(self.exemplars_), self.kernel_, L)
         with np.errstate(divide="ignore"):
             L += np.log(self.weights_)
         top = L.max(axis=1) if len(X) else np.zeros(0)

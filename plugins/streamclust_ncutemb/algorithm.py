@@ -91,7 +91,7 @@ def _sgd_step(block, _state, carry, params):
     function; the anchors are drawn from all rows, see ``sgd.sgd_block``)."""
     pairs, scale, cfg = params
     net, bal = carry
-    sgd.sgd_block(len(block.X), block.start, pairs, net, scale, cfg, bal)
+    sgd.sgd_block(len(block.X), block.start, kn.frozen_pairs(pairs), net, scale, cfg, bal)
     return carry
 
 
@@ -249,8 +249,8 @@ class NCutEmb(Updates, Algorithm):
             starts = ctx.row_state("pair_starts", (G + 1,), np.int64).array
             order = ctx.row_state("pair_order", (ctx.n_rows,), np.int64, fill=None).array
             paired = int(kn.group_rows(code, starts, order))
-            pairs = kn.Pairs(np.zeros((ctx.n_rows, 0), np.int64), ctx.data.X,
-                             kn.Groups(code, starts, order))
+            pairs = kn.frozen_pairs(kn.Pairs(np.zeros((ctx.n_rows, 0), np.int64), ctx.data.X,
+                                             kn.Groups(code, starts, order)))
             what = f"share a value of column '{col}' with another row"
         if paired < self.n_clusters:
             raise DataError(f"only {paired} of {ctx.n_rows} rows {what}: NCutEmb needs at least "

@@ -12,7 +12,7 @@ from collections import namedtuple
 import numba as nb
 import numpy as np
 
-from streamclust.toolkit import rng_below
+from streamclust.toolkit import readonly, rng_below
 
 Net = namedtuple("Net", "W1 b1 W2 b2")
 Scale = namedtuple("Scale", "mean inv_std")
@@ -56,7 +56,16 @@ def working(net):
 def graph_pairs(ids, X):
     """:class:`Pairs` from the kNN graph ``ids``."""
     empty = np.zeros(0, np.int64)
-    return Pairs(ids, X, Groups(empty, empty, empty))
+    return frozen_pairs(Pairs(ids, X, Groups(empty, empty, empty)))
+
+
+def frozen_pairs(pairs):
+    """``pairs`` with every array read-only.  The graph's ids, the cache's rows and the groups
+    come writable or not by their source (a memory map, an in-memory fit, a Dask worker's
+    unpickled copy), and each mix compiled an ``sgd_block`` of its own (7 in the test suite on
+    a cold cache, 22 s each); see ``streamclust.toolkit.readonly``."""
+    return Pairs(readonly(pairs.ids), readonly(pairs.X),
+                 Groups(*(readonly(a) for a in pairs.groups)))
 
 
 @nb.njit(cache=True)

@@ -44,7 +44,7 @@ from __future__ import annotations
 import numpy as np
 
 from streamclust import Algorithm, Assignment, EpochReport, Requirements
-from streamclust.toolkit import DataError, KNNIndex, ParameterError
+from streamclust.toolkit import DataError, KNNIndex, ParameterError, readonly
 
 from . import kernels as kn
 from .passes import (bound_step, energy_step, jacobi, kernel_only_step, kernel_step,
@@ -326,9 +326,9 @@ class SLK(Updates, Starts, Algorithm):
             if self.train_ids_ is not None:  # rows of train_z_ are the indexed sample's
                 ids = np.searchsorted(self.train_ids_, ids)
             A = np.empty((len(Xb), L))
-            kn.mode_kernel(Xb, self.modes_.astype(np.float64), 1.0 / (2.0 * self.sigma2_), A)
+            kn.mode_kernel(readonly(Xb), self.modes_.astype(np.float64), 1.0 / (2.0 * self.sigma2_), A)
             Z = np.empty((len(Xb), L))
-            kn.predict_rows(A, ids, self.train_z_, self.lambda_value_, Z)
+            kn.predict_rows(A, ids, readonly(self.train_z_), self.lambda_value_, Z)
             labels[s:s + len(Xb)] = Z.argmax(1)
             if soft:
                 Zs[s:s + len(Xb)] = Z

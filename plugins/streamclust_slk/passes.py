@@ -2,12 +2,14 @@
 and the merges of their partial results), so that they run on any executor."""
 import numpy as np
 
+from streamclust.toolkit import readonly
+
 from . import kernels as kn
 
 def kernel_step(batch, state, params):
     A, Z = state
     modes, inv2s2 = params
-    kn.mode_kernel(batch.X, modes, inv2s2, A)
+    kn.mode_kernel(readonly(batch.X), modes, inv2s2, A)
     kn.softmax_rows(A, Z)
     return len(batch.X) * len(modes)
 
@@ -16,7 +18,7 @@ def kernel_only_step(batch, state, params):
     """A only: with a reference sample z is set by the sample's solve and the extension pass."""
     (A,) = state
     modes, inv2s2 = params
-    kn.mode_kernel(batch.X, modes, inv2s2, A)
+    kn.mode_kernel(readonly(batch.X), modes, inv2s2, A)
     return len(batch.X) * len(modes)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from streamclust.toolkit import DataError
+from streamclust.toolkit import DataError, readonly
 
 from . import kernels as kn
 from .passes import jacobi
@@ -24,7 +24,8 @@ from .passes import jacobi
 def extend_step(batch, state, params):
     A, Z = state
     ids, sample, lam = params
-    return kn.extend_rows(batch.start, A, ids[batch.start:batch.start + len(A)], sample, lam, Z)
+    return kn.extend_rows(batch.start, A, readonly(ids[batch.start:batch.start + len(A)]), sample, lam,
+                          Z)
 
 
 class SampleSolve:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from streamclust import EpochReport
-from streamclust.toolkit import pairwise_sqdist
+from streamclust.toolkit import pairwise_sqdist, readonly
 
 from . import kernels as kn
 from .passes import kernel_only_step, label_step, merge_labels
@@ -73,7 +73,7 @@ class Updates:
         """Kernel values of rows ``ids`` (sorted) to ``modes``, read in chunks: len(ids) × len(modes)."""
         out = np.empty((len(ids), len(modes)))
         for a in range(0, len(ids), CHUNK):
-            kn.mode_kernel(ctx.take(ids[a:a + CHUNK]), modes, self._inv2s2, out[a:a + CHUNK])
+            kn.mode_kernel(readonly(ctx.take(ids[a:a + CHUNK])), modes, self._inv2s2, out[a:a + CHUNK])
         return out
 
     def _sqdist(self, ctx, ids, centres):

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..base.kernelargs import readonly
+
 from .coreset import importance_sample
 from .greedy_seeding import GEMM_MIN_WIDTH, Candidates, Pool, greedy_afkmc2, greedy_afkmc2_wide
 from .kernels import afkmc2_chains, kmeanspp_greedy, transpose_into, update_min_sqdist
@@ -86,7 +88,7 @@ def _greedy(c1, cand, pool, pot_w, k, m, trials, rng):
     n = max((k - 1) * trials * m, 1)
     rows, q, w, row = cand
     u = rng.random(n)
-    P = Pool(np.ascontiguousarray(pool, dtype=np.float32), np.asarray(pot_w, np.float64), mind,
+    P = Pool(readonly(np.ascontiguousarray(pool, dtype=np.float32)), np.asarray(pot_w, np.float64), mind,
              near)
 
     def draws(lo, hi):

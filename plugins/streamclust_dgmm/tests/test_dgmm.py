@@ -3,6 +3,7 @@ centres of the authors' artificial set."""
 import os
 import tempfile
 
+import numba
 import numpy as np
 import pytest
 from scipy.optimize import linear_sum_assignment
@@ -11,7 +12,8 @@ from scipy.special import logsumexp
 
 import streamclust
 from streamclust.testing import make_blobs, make_context
-from streamclust.toolkit import afkmc2_stream, afkmc2_trials, quantization_error
+from streamclust.toolkit import afkmc2_stream, afkmc2_trials, quantization_error, rng_init
+from streamclust_dgmm.kernels import draw_candidates
 
 DATA = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "shared", "data"))
 
@@ -164,27 +166,24 @@ def test_resume_with_a_coreset(tmp_path):
     np.testing.assert_allclose(done.means_, full.means_, rtol=1e-6)
 
 
+@numba.njit(cache=True)
+def _draw_counts(sim, first, R, M, n, counts):
+    """(module level: compiled once for the six cases below, not once a call)"""
+    H = first.shape[0]
+    cand = np.empty(H + R, np.int32)
+    ex_s = np.empty(H + R)
+    ex_w = np.empty(H + R)
+    for i in range(n):
+        cand[:H] = first
+        s, nc = draw_candidates(rng_init(7, 0, i), sim, cand, H, R, M, ex_s, ex_w)
+        for a in range(H, nc):
+            counts[a - H, cand[a]] += 1
+    return counts
+
+
 def _draw_frequencies(sim, first, R, M, n):
     """How often each cluster is drawn by ``draw_candidates`` after ``first`` over n rows."""
-    import numba
-
-    from streamclust.toolkit import rng_init
-    from streamclust_dgmm.kernels import draw_candidates
-
-    @numba.njit
-    def run(sim, first, R, M, n, counts):
-        H = first.shape[0]
-        cand = np.empty(H + R, np.int32)
-        ex_s = np.empty(H + R)
-        ex_w = np.empty(H + R)
-        for i in range(n):
-            cand[:H] = first
-            s, nc = draw_candidates(rng_init(7, 0, i), sim, cand, H, R, M, ex_s, ex_w)
-            for a in range(H, nc):
-                counts[a - H, cand[a]] += 1
-        return counts
-
-    return run(sim, np.asarray(first, np.int32), R, M, n, np.zeros((R, M), np.int64))
+    return _draw_counts(sim, np.asarray(first, np.int32), R, M, n, np.zeros((R, M), np.int64))
 
 
 @pytest.mark.parametrize("lookup", ["positions", "search"])
@@ -396,3 +395,20 @@ def test_wide_means_take_rows_by_cluster_with_the_same_result():
     assert np.array_equal(a.predict(X), b.predict(X))
     km = KMeans(k, n_init=1, random_state=0).fit(X)
     assert quantization_error(X, a.means_) <= 1.02 * km.inertia_
+
+
+def test_the_e_step_compiles_once_whatever_the_rows_come_from(tmp_path):
+    """``toolkit.readonly``: the E-step is given its rows read-only, so the float32 cache's
+    memory maps and the rows a float16 cache widens to float32 (writable) are one numba type and
+    the kernel compiles once (it compiled twice, 57 s each on a cold cache)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from streamclust_dgmm.kernels import estep
+    X = np.ascontiguousarray(make_blobs(900, 4, 6, seed=1)[0], dtype=np.float32)
+    path = str(tmp_path / "x.parquet")
+    pq.write_table(pa.table({"x": pa.FixedSizeListArray.from_arrays(pa.array(X.ravel()), 6)}), path)
+    for dtype in ("float32", "float16"):
+        streamclust.fit(path, "dgmm", 4, features="x", max_epochs=2, progress=False,
+                        cache_dtype=dtype, work_dir=str(tmp_path / dtype))
+    assert len(estep.signatures) == 1, estep.signatures

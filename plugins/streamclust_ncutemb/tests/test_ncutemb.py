@@ -124,7 +124,7 @@ def test_rows_without_neighbours_take_only_random_pair_steps():
         net = _net(np.random.default_rng(3), 3, 0, 3)
         before = [a.copy() for a in net]
         bal = kn.Balance(np.arange(30) % 3, np.full(3, 10.0), np.zeros(1, np.int64), np.zeros(4), np.zeros(3))
-        cfg = kn.Config(1, True, 0.01, 1.0, eta_neg, 10.0, 1, 0, 0, 3, 0.0, True, False, 0.0, 0.0)
+        cfg = kn.Config(1, 1, 0.01, 1.0, eta_neg, 10.0, 1, 0, 0, 3, 0.0, True, False, 0.0, 0.0)
         sgd.sgd_block(50, 0, kn.graph_pairs(ids, X), net, scale, cfg, bal)
         return before, net, bal
 
@@ -224,7 +224,7 @@ def test_the_rate_of_a_draw_decays_with_the_draws_before_it():
     def one(lr, draws, decay):
         net = _net(np.random.default_rng(3), 3, 0, 3)
         bal = kn.Balance(np.arange(30) % 3, np.full(3, 10.0), np.zeros(1, np.int64), np.zeros(4), np.zeros(3))
-        cfg = kn.Config(1, True, lr, 1.0, 0.3, 10.0, 1, 0, 2, 3, 0.0, True, False, draws, decay)
+        cfg = kn.Config(1, 1, lr, 1.0, 0.3, 10.0, 1, 0, 2, 3, 0.0, True, False, draws, decay)
         sgd.sgd_block(1, 3, kn.graph_pairs(ids, X), net, scale, cfg, bal)
         return net
 
@@ -425,3 +425,24 @@ def test_reference_rows_not_above_n_neighbors_is_refused_before_any_pass(tmp_pat
     with pytest.raises(ParameterError, match="reference_rows must exceed n_neighbors = 5"):
         streamclust.knn_graph(X, 5, reference_rows=5, work_dir=work)
     assert not os.path.exists(os.path.join(work, "features.f32"))
+
+
+def test_the_sgd_block_is_given_read_only_pairs_whatever_the_rows_come_from(tmp_path):
+    """``kn.frozen_pairs``: the graph's ids and the rows reach ``sgd_block`` read-only, from an
+    in-memory fit as from files (memory maps), so the kernel compiles once per weight type (it
+    compiled 7 times in the test suite, 22 s each on a cold cache)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from numba.core import types
+
+    X = np.ascontiguousarray(make_blobs(600, 3, 6, seed=2)[0], dtype=np.float32)
+    path = str(tmp_path / "x.parquet")
+    pq.write_table(pa.table({"x": pa.FixedSizeListArray.from_arrays(pa.array(X.ravel()), 6)}), path)
+    streamclust.fit(path, "ncutemb", 3, features="x", max_epochs=2, progress=False,
+                    work_dir=str(tmp_path / "w"))
+    streamclust.fit(X, "ncutemb", 3, max_epochs=2, progress=False)
+
+    def arrays(t):
+        return [t] if isinstance(t, types.Array) else [a for u in t.types for a in arrays(u)]
+    pairs = [a for sig in sgd.sgd_block.signatures for a in arrays(sig[2])]
+    assert pairs and not any(a.mutable for a in pairs), sgd.sgd_block.signatures
