@@ -412,3 +412,22 @@ def test_the_e_step_compiles_once_whatever_the_rows_come_from(tmp_path):
         streamclust.fit(path, "dgmm", 4, features="x", max_epochs=2, progress=False,
                         cache_dtype=dtype, work_dir=str(tmp_path / dtype))
     assert len(estep.signatures) == 1, estep.signatures
+
+
+def test_pair_sums_merge_as_the_sums_of_all_their_pairs():
+    """``PairSums + PairSums`` (binary search and insertion) equals the coalesced sums of the
+    concatenated pairs (``np.unique`` + ``np.bincount``), keys and values bit for bit: keys on
+    one side, on both, a side empty."""
+    from streamclust_dgmm.similarity import PairSums
+    rng = np.random.default_rng(4)
+    for na, nb, space in [(0, 40, 30), (40, 0, 30), (500, 300, 400), (500, 300, 10**9), (1, 1, 1)]:
+        ka, kb = rng.integers(0, space, na), rng.integers(0, space, nb)
+        va, vb = rng.random(na), rng.random(nb)
+        got = PairSums.from_pairs(ka, va) + PairSums.from_pairs(kb, vb)
+        keys = np.concatenate([ka, kb])
+        uk, inv = np.unique(keys, return_inverse=True)
+        want = np.zeros(len(uk))
+        for w, key in zip(np.concatenate([va, vb]), inv):  # by hand, in the pairs' order
+            want[key] += w
+        assert np.array_equal(got.keys, uk)
+        np.testing.assert_allclose(got.vals, want, rtol=1e-15)
