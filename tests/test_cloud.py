@@ -179,6 +179,7 @@ KILLED = {"dgmm": dict(max_epochs=12, tol=1e-300, **FITS["dgmm"]),
           "slk": dict(max_epochs=4, **GRAPH_FITS["slk-reference"])}
 
 
+@pytest.mark.serial  # its time is compared with an uninterrupted fit's
 @pytest.mark.parametrize("trial", range(int(os.environ.get("STREAMCLUST_KILL_TRIALS", 1))))
 @pytest.mark.parametrize("algorithm", sorted(KILLED))
 def test_a_worker_killed_at_a_random_moment_costs_the_fit_only_time(cloud, tmp_path, algorithm,

@@ -234,6 +234,7 @@ def _cli_fit(args, kill_at=None):
     return p.returncode, text, time.time() - t0, killed
 
 
+@pytest.mark.serial  # its time is compared with an uninterrupted fit's
 @pytest.mark.parametrize("trial", range(int(os.environ.get("STREAMCLUST_KILL_TRIALS", 1))))
 @pytest.mark.parametrize("algorithm", sorted(KILL_FITS))
 def test_a_killed_worker_costs_the_fit_nothing(tmp_path_factory, algorithm, trial):
