@@ -311,8 +311,9 @@ def _update(data, work_dir, sets, max_epochs, quiet, scheduler, workers, resume,
               help="Label on a dask.distributed cluster: --out is then a directory (or URL, "
                    "s3://…) of one Parquet part per share, committed by its _SUCCESS manifest.")
 @click.option("--workers", type=click.IntRange(1, 10_000), default=None, help="Workers of --scheduler local (default 2).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar (shown on a terminal).")
 def predict(model_dir, data, out, keep, batch_size, skip_invalid, overwrite, soft, soft_top,
-            scheduler, workers):
+            scheduler, workers, quiet):
     """Label every row of DATA with MODEL_DIR; write passthrough columns + cluster to --out."""
     from .model.fitted import load_model
     model = load_model(model_dir)
@@ -327,7 +328,9 @@ def predict(model_dir, data, out, keep, batch_size, skip_invalid, overwrite, sof
         click.echo(f"{res['rows']} rows labelled ({res['skipped']} skipped) -> {res['out']} "
                    f"({res['parts']} parts and _SUCCESS)")
         return
-    res = model.predict_to_parquet(data, out, **kw)
+    from .base.progress import bar
+    with bar(not quiet and sys.stderr.isatty(), unit=" rows", desc="predict") as shown:
+        res = model.predict_to_parquet(data, out, progress=shown.update, **kw)
     click.echo(f"{res['rows']} rows labelled ({res['skipped']} skipped) -> {res['out']}")
 
 

@@ -120,3 +120,33 @@ def test_cli_fit_without_k_for_an_algorithm_that_chooses_it(tmp_path):
                                   str(tmp_path / "m2")])
     assert r.exit_code != 0 and "'dgmm' needs the number of clusters" in r.output
     assert not (tmp_path / "m2").exists()
+
+
+def test_cli_predict_feeds_a_progress_bar_and_takes_quiet(tmp_path, blob_dir, blobs, monkeypatch):
+    """``predict`` counts its rows into a bar (shown on a terminal); ``-q`` is accepted, as by
+    ``fit``, and hides it; the labels are the same either way."""
+    import streamclust.base.progress as progress
+    X, _ = blobs
+    model = streamclust.fit(blob_dir, "dgmm", 4, features="embedding", seed=0, progress=False)
+    model.save(str(tmp_path / "m"))
+    calls = []
+
+    class Recorder(progress._Quiet):
+        def __init__(self, show):
+            self.show, self.rows = show, 0
+            calls.append(self)
+
+        def update(self, n=1):
+            self.rows += n
+
+    monkeypatch.setattr(progress, "bar", lambda show, **kw: Recorder(show))
+    monkeypatch.setattr("sys.stderr.isatty", lambda: True, raising=False)
+    r = CliRunner()
+    for name, extra in (("a", []), ("b", ["-q"])):
+        res = r.invoke(main, ["predict", str(tmp_path / "m"), blob_dir, "--out",
+                              str(tmp_path / f"{name}.parquet"), "--batch-size", "128", *extra])
+        assert res.exit_code == 0, res.output
+        got = pq.read_table(tmp_path / f"{name}.parquet").column("cluster").to_numpy()
+        np.testing.assert_array_equal(got, model.predict(X))
+    assert [c.rows for c in calls] == [600, 600]
+    assert calls[1].show is False
