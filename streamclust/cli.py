@@ -328,8 +328,8 @@ def predict(model_dir, data, out, keep, batch_size, skip_invalid, overwrite, sof
         click.echo(f"{res['rows']} rows labelled ({res['skipped']} skipped) -> {res['out']} "
                    f"({res['parts']} parts and _SUCCESS)")
         return
-    from .base.progress import bar
-    with bar(not quiet and sys.stderr.isatty(), unit=" rows", desc="predict") as shown:
+    from .base.progress import bar, enabled
+    with bar(enabled(False if quiet else None), unit=" rows", desc="predict") as shown:
         res = model.predict_to_parquet(data, out, progress=shown.update, **kw)
     click.echo(f"{res['rows']} rows labelled ({res['skipped']} skipped) -> {res['out']}")
 

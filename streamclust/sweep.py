@@ -131,7 +131,7 @@ def sweep(data, algorithm: str, ks, *, sample: int = 3000, seeds: int = 3, seed:
           on_invalid: str = "error", progress: bool | None = None, params: dict | None = None) -> SweepResult:
     """Fit ``algorithm`` on a sample of ``data`` for every k in ``ks`` (see the module's text);
     ``scale`` and ``metric`` as in :func:`streamclust.fit`."""
-    from .run.engine import _progress_enabled
+    from .base.progress import enabled
     from .plugins import PluginHost
     ks = parse_ks(ks)
     if PluginHost().algorithm(algorithm).chooses_k:
@@ -148,7 +148,7 @@ def sweep(data, algorithm: str, ks, *, sample: int = 3000, seeds: int = 3, seed:
     level = engine_log.level
     engine_log.setLevel(max(level, logging.WARNING))  # one line per inner fit would drown the table
     try:
-        _fits(res, S, algorithm, ks, seeds, seed, (scale, metric), params, _progress_enabled(progress))
+        _fits(res, S, algorithm, ks, seeds, seed, (scale, metric), params, enabled(progress))
     finally:
         engine_log.setLevel(level)
     res.suggested, res.reason = _suggest(res.rows, len(S), seeds)

@@ -24,6 +24,16 @@ class _Quiet:
         return False
 
 
+def enabled(progress) -> bool:
+    """Whether a bar is shown: ``progress`` None means when stderr is a terminal, else its
+    truth (False: ``-q``)."""
+    return _terminal() if progress is None else bool(progress)
+
+
+def _terminal() -> bool:
+    return sys.stderr.isatty()
+
+
 def bar(show: bool, **kw):
     """A tqdm bar on stderr when ``show``, else a no-op one."""
     if not show:

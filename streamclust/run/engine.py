@@ -6,7 +6,6 @@ import contextlib
 import logging
 import os
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from .executor import LocalExecutor
 from ..base.threads import limit_blas
 from ..base.workdir import WorkDirLock, clean_stale
 from ..base.interrupt import check
+from ..base.progress import enabled
 from ..model.fitted import Model
 from ..plugins import PluginHost
 from ..data.scaling import check_scale
@@ -339,7 +339,7 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
         stack.enter_context(limit_blas(blas_threads))
         stack.push(lambda kind, *_: end_run(executor, kind is not None))  # (shared-nothing)
         st = _prepare(algo, req, d, work_dir, executor,
-                      {"show": _progress_enabled(progress), "owned": owned, "batch_size": batch_size,
+                      {"show": enabled(progress), "owned": owned, "batch_size": batch_size,
                        "knn_options": knn_options, "scale": scale, "metric": metric,
                        "cache_dtype": cache_dtype, "plan": plan})
         log.info("fitting %s (k=%s, seed %d, executor %s)", algo.name, algo.n_clusters, seed,
@@ -395,9 +395,3 @@ def _plan_parts(limit, algo, req, batch_size, n_features, rows, cell_rows=None):
     parts = list(algo.memory(rows or max(req.sample, req.coreset), n_features))
     check_parts(limit, batch_size, n_features, summaries + parts)
     return MemoryPlan(limit, batch_bytes(batch_size, n_features), rows, summaries, parts, cell_rows)
-
-
-def _progress_enabled(progress) -> bool:
-    if progress is None:
-        return sys.stderr.isatty()
-    return bool(progress)

@@ -27,6 +27,7 @@ import numpy as np
 
 from . import checkpoint, engine
 from .fitted_record import read_base, write_base
+from ..base.progress import enabled
 from ..errors import DataError, ParameterError, StreamclustError
 
 log = logging.getLogger(__name__)
@@ -185,7 +186,7 @@ def update(data, work_dir: str, *, max_epochs: int = 100, progress: bool | None 
         stack.enter_context(WorkDirLock(work_dir))
         stack.enter_context(limit_blas(blas_threads))
         st = engine._prepare(algo, req, d, work_dir, executor,
-                             {"show": engine._progress_enabled(progress), "owned": False,
+                             {"show": enabled(progress), "owned": False,
                               "batch_size": batch_size, "knn_options": knn_options,
                               "scale": ident.get("scale", "none"),
                               "metric": ident.get("metric", "euclidean"), "plan": plan,
