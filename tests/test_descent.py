@@ -162,7 +162,7 @@ def test_the_gram_join_changes_the_lists_as_the_plain_join_does():
         n_new, n_old = rng.integers(1, mc + 1), rng.integers(0, mc + 1)
         pick = rng.choice(len(X), n_new + n_old, replace=False)
         new[r, :n_new], old[r, :n_old] = pick[:n_new], pick[n_new:]
-    sq = D._sq_norms(X)
+    sq = D.sq_norms(X)
     buf = (np.empty((2 * mc, X.shape[1]), np.float32), np.empty(2 * mc, np.int32))
     changed = [0, 0]
     for r in range(len(X)):
@@ -174,3 +174,29 @@ def test_the_gram_join_changes_the_lists_as_the_plain_join_does():
     ids, d2 = lists[0][:200], lists[1][:200]
     true = ((X[:200, None, :].astype(np.float64) - X[ids]) ** 2).sum(2)
     np.testing.assert_allclose(d2, true, rtol=1e-4, atol=1e-3)  # the distances of the ids
+
+
+def test_wide_rows_join_their_leaves_through_the_gram_matrix_as_pair_by_pair():
+    """forest_init compares a leaf's wide rows through its Gram matrix after the first tree:
+    its lists equal those of every pair of every leaf compared one by one (rp_leaves and the
+    plain join, here in Python), rows far from the origin and near copies included."""
+    rng = np.random.default_rng(11)
+    d = T.GRAM_WIDTH + 72
+    X = (rng.normal(size=(1200, d)) + 30.0 * rng.normal(size=(1, d))).astype(np.float32)
+    # groups of 150 rows within 1e-2 of each other, more than a leaf holds: their lists' last
+    # entries lie far below the products' rounding (the norms' cancellation the bound covers)
+    X = (np.repeat(X[::150], 150, axis=0) + rng.normal(size=X.shape) * np.tile(
+        np.linspace(1e-3, 1e-2, 150), 8)[:, None]).astype(np.float32)
+    params = (5, 60, 4)
+    lists = _lists(len(X), 12)
+    T.forest_init(X, lists, params)
+    plain = _lists(len(X), 12)
+    for t in range(params[0]):
+        order, starts = T.rp_leaves(X, params[1], params[2] + t)
+        for i in range(len(starts) - 1):
+            for a in range(starts[i], starts[i + 1]):
+                for b in range(a + 1, starts[i + 1]):
+                    D._join(X, *plain, order[a], order[b])
+    for a, b in zip(plain, lists):
+        np.testing.assert_array_equal(a, b)
+    assert (lists[0] >= 0).all()

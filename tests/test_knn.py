@@ -422,6 +422,28 @@ def test_cells_of_many_dimensions_widen_their_lists_to_the_recall_target(tmp_pat
     assert _recall(narrow.ids, ids) < 0.9
 
 
+def test_the_recall_check_takes_the_exact_kth_distance_from_float32_candidates():
+    """``_kth_exact`` (the cells' recall check) keeps float32 candidates within their rounding
+    bound and decides in float64: equal to float64 brute force over every row, across chunks,
+    with rows far from the origin, near copies and exact ties."""
+    from streamclust.graph.cellbuild import _kth_exact
+    rng = np.random.default_rng(9)
+    X = (rng.normal(size=(3000, 150)) + 20.0 * rng.normal(size=(1, 150))).astype(np.float32)
+    X[:2997:9] = X[3::9] + np.float32(2e-3)  # neighbours far nearer than the norms
+    X[1:2997:9] = X[4::9]  # exact ties
+    # groups of 40 rows within 1e-2 of each other: float32 distances cannot order them
+    for g in range(0, 400, 40):
+        X[g + 2000:g + 2040] = X[g + 2000] + (rng.normal(size=(40, 150)) * np.linspace(
+            1e-3, 1e-2, 40)[:, None]).astype(np.float32)
+    rows = np.sort(np.concatenate([rng.choice(2000, 100, replace=False), np.arange(2000, 2400, 20)]))
+    Y = X.astype(np.float64)
+    d = ((Y[rows, None, :] - Y[None, :, :]) ** 2).sum(2)
+    d[np.arange(len(rows)), rows] = np.inf
+    for k in (1, 10):
+        np.testing.assert_allclose(_kth_exact(X, rows, k, chunk=700),
+                                   np.sort(d, 1)[:, k - 1], rtol=1e-9, atol=1e-9)
+
+
 def test_a_probe_starts_a_wide_cell_of_many_dimensions_with_long_lists(tmp_path, caplog):
     """20 000 rows, 160 wide, spread over 40 dimensions: the probe of 5 000 rows foresees lists
     of 12 short, so the cell is built with longer lists at once (no second build) and the graph

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .descent import _join
+from .descent import _join, join_gram, sq_norms
 from .lists import keep_smallest
 from .walk import _d2q
 
@@ -86,18 +86,35 @@ def rp_leaves(X, leaf, seed):
     return order, starts[:ns + 1]
 
 
+#: rows wider than this join a leaf through its Gram matrix after the first tree
+#: (:func:`.descent.join_gram`: the same lists, to the bit)
+GRAM_WIDTH = 128
+
+
 @njit(cache=True, nogil=True)
 def forest_init(X, lists, params):
     """Rows' lists from ``params = (trees, leaf, seed)`` random-projection trees: every pair of
     rows sharing a leaf is compared (pynndescent's initialisation; random lists instead cost
-    NN-descent three more iterations, the costliest: a 97 000-row cell 8.2 -> 5.0 s)."""
+    NN-descent three more iterations, the costliest: a 97 000-row cell 8.2 -> 5.0 s).  Rows
+    wider than :data:`GRAM_WIDTH` are compared through the leaf's Gram matrix once the first
+    tree has filled the lists, so that most pairs, beyond both rows' lists by then, are not
+    compared one by one (the same lists, to the bit): a 73 000-row cell of 384-wide embeddings
+    (lists of 34, leaves of 170) 4.7 -> 3.8 s; 784-wide digits (leaves of 60) unchanged."""
     ids, d2, flags = lists
     trees, leaf, seed = params
+    gram = X.shape[1] > GRAM_WIDTH
+    sq = sq_norms(X) if gram else np.empty(0, np.float32)
+    norms = (sq, np.sqrt(sq))
+    rows = np.empty((leaf if gram else 0, X.shape[1]), np.float32)
     for t in range(trees):
         order, starts = rp_leaves(X, leaf, seed + t)
         for i in range(starts.shape[0] - 1):
-            for a in range(starts[i], starts[i + 1]):
-                for b in range(a + 1, starts[i + 1]):
+            lo, hi = starts[i], starts[i + 1]
+            if gram and t > 0 and hi - lo > 1:
+                join_gram(X, lists, (order[lo:hi], hi - lo), norms, rows)
+                continue
+            for a in range(lo, hi):
+                for b in range(a + 1, hi):
                     _join(X, ids, d2, flags, order[a], order[b])
 
 
