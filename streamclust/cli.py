@@ -425,7 +425,8 @@ def sweep(data, algorithm, ks, sample, seeds, features, exclude, scale, metric, 
               help="Directory for the feature cache, the hnswlib cells and knn/graph_*.npy "
                    "(reused by a later run with the same settings).")
 @click.option("--cell-rows", type=click.IntRange(1, 2**40), default=50_000, show_default=True,
-              help="Rows per hnswlib index, on average (the cells being built must fit in memory).")
+              help="Rows per cell of the graph, on average (built by NN-descent; the cells "
+                   "being built must fit in memory).")
 @click.option("--ef", type=click.IntRange(0, INT32), default=0, help="Query breadth (0: 24; never below 2k + 2).")
 @click.option("--degree", type=click.IntRange(0, 65_535), default=0, show_default=True,
               help="Length of a row's list while its cell is built by NN-descent (0: max(12, 1.2 k)).")
@@ -441,11 +442,13 @@ def sweep(data, algorithm, ks, sample, seeds, features, exclude, scale, metric, 
 @click.option("--workers", type=click.IntRange(1, 10_000), default=None, help="Workers of --scheduler local (default 2).")
 @click.option("--reference-rows", type=click.IntRange(0, 2**40), default=0, show_default=True,
               help="Search each row's neighbours among a uniform sample of this many rows (0: all rows).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bars (shown on a terminal).")
 def graph(data, neighbors, features, exclude, scale, metric, cache_dtype, out, cell_rows, ef, degree, m, batch_size,
-          scheduler, workers, memory_limit, reference_rows):
+          scheduler, workers, memory_limit, reference_rows, quiet):
     """Build the kNN graph of DATA (ids N×k int64, distances N×k float32) into --out."""
     import os
     import time
+    from .base.progress import enabled
     from .graph.knn import KNN_DIR, knn_graph
     t = time.perf_counter()
     executor = _dask(scheduler, workers)
@@ -460,7 +463,7 @@ def graph(data, neighbors, features, exclude, scale, metric, cache_dtype, out, c
         g = knn_graph(data, neighbors, features=_split(features), exclude=_split(exclude),
                       scale=scale, metric=metric, cache_dtype=cache_dtype, work_dir=out,
                       batch_size=batch_size, cell_rows=cell_rows, ef=ef, degree=degree, M=m,
-                      executor=executor,
+                      executor=executor, progress=enabled(False if quiet else None),
                       memory_limit=memory_limit, reference_rows=reference_rows)
     finally:
         if executor is not None:

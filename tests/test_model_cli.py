@@ -122,6 +122,38 @@ def test_cli_fit_without_k_for_an_algorithm_that_chooses_it(tmp_path):
     assert not (tmp_path / "m2").exists()
 
 
+def test_cli_graph_counts_its_rows_into_bars_and_takes_quiet(tmp_path, blob_dir, blobs, monkeypatch):
+    """``graph`` shows the cache pass (every row once) and the graph (every row twice: its cell,
+    then its boundaries) as bars on a terminal, each ending at its total; ``-q`` hides them;
+    the neighbours are brute force's either way."""
+    import streamclust.base.progress as progress
+    import streamclust.graph.knn as knn
+    X, _ = blobs
+    bars = []
+
+    class Recorder(progress._Quiet):
+        def __init__(self, show, total):
+            self.show, self.total, self.rows = show, total, 0
+            bars.append(self)
+
+        def update(self, n=1):
+            self.rows += n
+
+    monkeypatch.setattr(knn, "bar", lambda show, total, **kw: Recorder(show, total))
+    monkeypatch.setattr(progress, "_terminal", lambda: True)  # (CliRunner's stderr is none)
+    d2 = ((X[:, None, :] - X[None, :, :]) ** 2).sum(2)
+    np.fill_diagonal(d2, np.inf)
+    exact = np.sort(d2, 1)[:, :5]
+    for name, extra in (("a", []), ("b", ["-q"])):
+        res = CliRunner().invoke(main, ["graph", blob_dir, "-n", "5", "-f", "embedding", "--out",
+                                        str(tmp_path / name), "--cell-rows", "200", *extra])
+        assert res.exit_code == 0, res.output
+        got = np.load(tmp_path / name / "knn" / "graph_distances.npy").astype(np.float64) ** 2
+        np.testing.assert_allclose(got, exact, rtol=1e-4, atol=1e-6)
+    assert [(b.show, b.total, b.rows) for b in bars] == [
+        (True, 600, 600), (True, 1200, 1200), (False, 600, 0), (False, 1200, 0)]
+
+
 def test_cli_predict_feeds_a_progress_bar_and_takes_quiet(tmp_path, blob_dir, blobs, monkeypatch):
     """``predict`` counts its rows into a bar (shown on a terminal); ``-q`` is accepted, as by
     ``fit``, and hides it; the labels are the same either way."""

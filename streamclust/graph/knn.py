@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..base.atomic import atomic_json, atomic_save_npy
+from ..base.progress import bar
 from ..data.cache import FeatureCache
 from ..errors import DataError, ParameterError
 from ..base.memory import budget, cell_row_bytes, check_batches, mib, worker_budgets, workers_of
@@ -319,12 +320,15 @@ def load_index(directory: str, threads: int = -1, progress=None) -> KNNIndex:
 
 def knn_graph(data, n_neighbors: int = 5, *, features=None, exclude=None, work_dir: str | None = None,
               batch_size: int = 65536, on_invalid: str = "error", scale: str = "none",
-              metric: str = "euclidean", cache_dtype: str = "float32", **options) -> KNNGraph:
+              metric: str = "euclidean", cache_dtype: str = "float32", progress=None,
+              **options) -> KNNGraph:
     """The kNN graph of ``data`` (path, array, pyarrow data): ``.ids`` and ``.distances``.
 
     ``work_dir`` keeps the feature cache, the hnswlib shards and the graph for reuse and for
     appending rows later; without it they live in a temporary directory and the returned arrays
-    are in memory.  ``options``: those of :func:`build_graph` and ``progress``.  ``features`` /
+    are in memory.  ``options``: those of :func:`build_graph`.  ``progress``: True shows bars on
+    stderr (the cache pass, then the graph: twice the rows, its cells then their boundaries), a
+    callable is called with the rows the graph has done (:func:`build_graph`).  ``features`` /
     ``exclude`` / ``scale`` / ``metric``: as in :func:`streamclust.fit` (under ``cosine`` the
     distances are those of the unit rows, ``sqrt(2 − 2 cos)``).  ``cache_dtype``: as in
     :func:`streamclust.fit`.
@@ -354,10 +358,15 @@ def knn_graph(data, n_neighbors: int = 5, *, features=None, exclude=None, work_d
     try:
         with WorkDirLock(work_dir):  # one writer per directory: a fit or another graph waits
             locked = True  # from here on the directory is this run's to remove on failure
-            cache = FeatureCache.build(d, work_dir, batch_size, scale=scale, transform=transform,
-                                       dtype=cache_dtype)
-            g = build_graph(cache, n_neighbors, os.path.join(work_dir, KNN_DIR),
-                            batch_size=batch_size, **options)
+            show = progress is True
+            with bar(show, total=d.n_rows, unit="rows", desc="reading", leave=False) as b:
+                cache = FeatureCache.build(d, work_dir, batch_size, scale=scale,
+                                           transform=transform, dtype=cache_dtype,
+                                           progress=b.update if show else None)
+            with bar(show, total=2 * cache.n_rows, unit="rows", desc="kNN graph", leave=False) as b:
+                g = build_graph(cache, n_neighbors, os.path.join(work_dir, KNN_DIR),
+                                batch_size=batch_size, progress=b.update if show else progress or None,
+                                **options)
             if owned:
                 g = KNNGraph(np.array(g.ids), np.array(g.distances), g.status, g.reference)
             return g
