@@ -332,6 +332,33 @@ def test_reference_rows_find_the_nearest_rows_of_a_uniform_sample(tmp_path):
     assert g3.status == "built"
 
 
+def test_rows_outside_the_reference_sample_are_searched_in_parts_with_the_same_answers(
+        tmp_path, monkeypatch, caplog):
+    """The rows outside the sample are searched in their cell's graph in parts, so that the
+    threads share them whatever the cells' sizes: parts of a few hundred rows (several per
+    cell) give the graph of one part per cell to the bit, and brute force's neighbours among
+    the sample."""
+    import logging
+    from streamclust.graph import build
+    X, _ = make_blobs(n=4000, k=6, d=8, seed=3, spread=1.0)
+    X = X.astype(np.float32)
+    opts = dict(cell_rows=300, threads=2, batch_size=128, reference_rows=700)
+    monkeypatch.setattr(build, "SEARCH_BATCH", 10 ** 9)
+    whole = streamclust.knn_graph(X, 5, work_dir=str(tmp_path / "whole"), **opts)
+    monkeypatch.setattr(build, "SEARCH_BATCH", 100)
+    with caplog.at_level(logging.DEBUG, logger="streamclust"):
+        parts = streamclust.knn_graph(X, 5, work_dir=str(tmp_path / "parts"), **opts)
+    cells = len(np.load(tmp_path / "parts" / "knn" / "centres.npy"))
+    searched = caplog.text.count("of its rows outside the sample searched")
+    assert searched > cells >= 2  # cells of several parts
+    np.testing.assert_array_equal(parts.ids, whole.ids)
+    np.testing.assert_array_equal(parts.distances, whole.distances)
+    ref = _reference(str(tmp_path / "parts"))
+    D = ((X[:, None, :].astype(np.float64) - X[ref][None]) ** 2).sum(2)
+    D[ref, np.arange(len(ref))] = np.inf
+    assert _recall(np.asarray(parts.ids), ref[np.argsort(D, axis=1, kind="stable")[:, :5]]) >= 0.99
+
+
 def test_reference_rows_of_at_least_the_data_is_the_ordinary_graph(tmp_path):
     X, _ = make_blobs(n=800, k=4, d=6, seed=2)
     data = write_parquet_dir(str(tmp_path / "d"), X)

@@ -32,7 +32,7 @@ from .cells import (assign, assigned_pairs, bucket, coarse_centres, count_pairs,
                     probe_pairs, probe_ratio)
 from .files import assign_path, centres_path, read_result, reference_path
 from .lists import insert_rows, reverse_edges
-from .searches import search_cell
+from .searches import SEARCH_BATCH, search_cell, search_own
 
 log = logging.getLogger("streamclust")
 
@@ -162,14 +162,28 @@ def _own_cells(st, lists_out, first, assigned, start, stop, counts, kq, extend):
               bs, kq, extend) for c in cells]
     _run(st.executor, st.nt, build_cell, items, [int(counts[c]) for c in cells],
          st.progress)
+    results = [("own", c) for c in cells]
+    if st.settings.get("reference_rows"):  # the rows outside the sample: searched, in parts
+        size = max(SEARCH_BATCH, -(-int(counts.sum()) // (SEARCH_PARTS * st.nt)))
+        parts = [(c, a, min(int(offsets[c + 1]), a + size)) for c in cells
+                 for a in range(int(offsets[c]), int(offsets[c + 1]), size)]
+        items = [(st.source, d, c, (path, a, b), st.settings, bs, kq, i)
+                 for i, (c, a, b) in enumerate(parts)]
+        _run(st.executor, st.nt, search_own, items, [b - a for _, a, b in parts], st.progress)
+        results += [("part", i) for i in range(len(parts))]
     ids, d2 = lists_out
-    for c in cells:  # rows before ``first``: old rows of an extended cell (see extend_build)
-        r_ids, r_d2, r_rows = read_result(d, "own", c)
+    for tag, c in results:  # rows before ``first``: old rows of an extended cell (extend_build)
+        r_ids, r_d2, r_rows = read_result(d, tag, c)
         for a, b in _chunks(0, len(r_rows), bs):
             rows = np.array(r_rows[a:b]) - first
             keep = rows >= 0
             ids[rows[keep]], d2[rows[keep]] = r_ids[a:b][keep], r_d2[a:b][keep]
     return cells
+
+
+#: with reference rows, the rows outside the sample are searched in their cell's graph in about
+#: ``SEARCH_PARTS`` parts per thread (at least ``SEARCH_BATCH`` rows each), whatever the cells' sizes
+SEARCH_PARTS = 4
 
 
 def _chunks(start, stop, size):

@@ -2,7 +2,7 @@
 anywhere the work directory is reachable): NN-descent over the cell's rows from random-projection
 tree starts, lists widened until a sample of rows finds its exact k nearest, or new rows placed
 in a built cell and joined; then the ``own`` result files, the ``kq`` nearest per row the cell
-holds or searched, which the build merges."""
+holds, which the build merges."""
 from __future__ import annotations
 
 import logging
@@ -26,10 +26,10 @@ def build_cell(source, directory, c, lists, settings, batch_size, kq, extend=Fal
     range of it holding them; with ``extend`` they join the cell's saved graph, whose rows'
     lists are kept and only improved), single-threaded so that it is a function of the rows
     and the seed.  With ``reference_rows`` only the rows of the reference sample are indexed
-    and the others searched in the graph.  Writes the cell's graph files and the ``own``
-    result files: the ``kq`` nearest cell rows of every row the cell holds or searched
-    (``.rows.npy`` says which; with ``extend`` also the old rows whose lists the new rows
-    changed)."""
+    (the others are searched in the graph by :func:`.searches.search_own`, in parts).  Writes
+    the cell's graph files and the ``own`` result files: the ``kq`` nearest cell rows of every
+    row the cell holds (``.rows.npy`` says which; with ``extend`` also the old rows whose lists
+    the new rows changed)."""
     from .descent import descent, join_new, random_init
     from .trees import forest_init
     X, rows = open_rows(source), bucket_rows(lists)
@@ -91,15 +91,13 @@ def build_cell(source, directory, c, lists, settings, batch_size, kq, extend=Fal
             np.save(tmp, arr, allow_pickle=False)
     if progress:
         progress(len(add))
-    searched = rows[~np.isin(rows, add)]  # rows of the cell outside the reference sample
     keep = np.ones(m, bool)
     if mo:  # old rows whose lists the new rows left alone need no answer
         keep[:mo] = (ids[:mo] != old_ids).any(1)
     own = (np.where(ids[keep] >= 0, members[np.maximum(ids[keep], 0)], -1), d2[keep])  # sorted
     with atomic_path(rows_path(directory, "own", c), suffix=".tmp.npy") as tmp:
-        np.save(tmp, np.concatenate([members[keep], searched]), allow_pickle=False)
-    search = CellSearch(Xc, (members, ids, d2), settings, c) if len(searched) else None
-    _answers(X, search, own, searched, kq, batch_size, result_paths(directory, "own", c), progress)
+        np.save(tmp, members[keep], allow_pickle=False)
+    _answers(own, kq, result_paths(directory, "own", c))
     return len(rows)
 
 
@@ -269,23 +267,17 @@ def _kth_exact(Xc, rows, k, chunk=8192):
     first = np.searchsorted(r, np.arange(len(rows)))
     return d[first + k - 1]
 
-def _answers(X, search, own, searched, kq, batch_size, paths, progress):
-    """The own result files: the cell rows' lists (``own``: global ids, squared distances),
-    then the ``searched`` rows' answers from the cell's graph (``search``), in ``kq`` columns."""
+def _answers(own, kq, paths):
+    """The own result files: the cell rows' lists (``own``: global ids, squared distances) in
+    ``kq`` columns."""
     n_own = len(own[0])
     with atomic_path(paths[0], suffix=".tmp.npy") as t_ids, \
             atomic_path(paths[1], suffix=".tmp.npy") as t_d2:
-        ids = np.lib.format.open_memmap(t_ids, "w+", np.int64, (n_own + len(searched), kq))
-        d2 = np.lib.format.open_memmap(t_d2, "w+", np.float32, (n_own + len(searched), kq))
+        ids = np.lib.format.open_memmap(t_ids, "w+", np.int64, (n_own, kq))
+        d2 = np.lib.format.open_memmap(t_d2, "w+", np.float32, (n_own, kq))
         w = min(kq, own[0].shape[1])
-        ids[:n_own], d2[:n_own] = -1, np.inf
-        ids[:n_own, :w], d2[:n_own, :w] = own[0][:, :w], own[1][:, :w]
-        for a in range(0, len(searched), batch_size):
-            r = searched[a:a + batch_size]
-            ids[n_own + a:n_own + a + len(r)], d2[n_own + a:n_own + a + len(r)] = \
-                search.query(X[r], r, kq)
-            if progress:
-                progress(len(r))
+        ids[:], d2[:] = -1, np.inf
+        ids[:, :w], d2[:, :w] = own[0][:, :w], own[1][:, :w]
         ids.flush()
         d2.flush()
         del ids, d2

@@ -101,9 +101,10 @@ def rows_path(directory, tag, c):
 
 
 def read_result(directory, tag, c):
-    """The result files of a task, memory-mapped (an ``own`` result: with the rows it answers
-    for)."""
-    paths = result_paths(directory, tag, c) + ((rows_path(directory, tag, c),) if tag == "own" else ())
+    """The result files of a task, memory-mapped (an ``own`` or ``part`` result: with the rows it
+    answers for)."""
+    paths = result_paths(directory, tag, c) + \
+        ((rows_path(directory, tag, c),) if tag in ("own", "part") else ())
     with HEADER_LOCK:
         return tuple(np.load(p, mmap_mode="r") for p in paths)
 

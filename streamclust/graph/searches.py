@@ -1,7 +1,8 @@
-"""The search of a cell by the rows of other cells whose halfway-hyperplane test says it may hold
-nearer rows (a task, a plain function of files): each searched row walks the cell's graph
-(:class:`~.walk.CellSearch`) and its ``kq`` nearest are written to the ``probe`` result files,
-a batch at a time."""
+"""Searches of a built cell's graph, tasks (plain functions of files): by the rows of other cells
+whose halfway-hyperplane test says it may hold nearer rows (``search_cell``), and, with reference
+rows, by the cell's own rows outside the sample, a part at a time (``search_own``).  Each row
+walks the cell's graph (:class:`~.walk.CellSearch`) and its ``kq`` nearest are written to result
+files, a batch at a time."""
 from __future__ import annotations
 
 import logging
@@ -10,8 +11,8 @@ import time
 import numpy as np
 
 from ..base.atomic import atomic_path
-from .files import (HEADER_LOCK, assign_path, bucket_rows, centres_path, load_graph, open_rows,
-                    result_paths)
+from .files import (HEADER_LOCK, assign_path, bucket_rows, centres_path, indexed, load_graph,
+                    open_rows, result_paths, rows_path)
 from .walk import CellSearch
 
 log = logging.getLogger("streamclust")
@@ -61,3 +62,27 @@ def search_cell(source, directory, c, lists, settings, batch_size, kq, progress=
     if progress:
         progress(len(rows))
     return len(rows)
+
+
+def search_own(source, directory, c, lists, settings, batch_size, kq, part, progress=None):
+    """Task: the rows of a part of cell ``c``'s bucket (``lists``) outside the reference sample
+    searched in the cell's saved graph, as one of its own rows (entries drawn from the seed, no
+    bound); writes the ``part`` result files of number ``part``, with the rows they answer.  A
+    cell's rows are searched in several parts so that the threads share the work: with 100 000
+    reference rows in two cells of 82 000 and 18 000, one task searched 82 % of 10M rows."""
+    t0 = time.perf_counter()
+    X, rows = open_rows(source), bucket_rows(lists)
+    searched = rows[~np.isin(rows, indexed(directory, settings, rows))]
+    cell = load_graph(directory, c)
+    s = CellSearch(np.ascontiguousarray(X[cell[0]], dtype=np.float32), cell, settings, c)
+    with atomic_path(rows_path(directory, "part", part), suffix=".tmp.npy") as tmp:
+        np.save(tmp, searched, allow_pickle=False)
+    t1 = time.perf_counter()
+    _search_rows(lambda Q, r, k, b: s.query(Q, r, k), X, searched, kq,
+                 min(batch_size, SEARCH_BATCH),
+                 result_paths(directory, "part", part))
+    log.debug("kNN cell %d: %d of its rows outside the sample searched, cell read in %.2f s, "
+              "searches %.2f s", c, len(searched), t1 - t0, time.perf_counter() - t1)
+    if progress:
+        progress(len(searched))
+    return len(searched)
