@@ -196,3 +196,29 @@ def test_a_float16_fit_updates_with_float16_rows(tmp_path):
     assert ok.exit_code == 0, ok.output
     assert os.path.getsize(os.path.join(work, "features.f16")) == 3000 * 48 * 2
     assert nmi(y, streamclust.load_model(str(tmp_path / "m2")).predict(X)) > 0.9
+
+
+def test_the_cache_pass_says_when_float16_values_are_dictionary_encoded(tmp_path, caplog):
+    """pyarrow writes float16 columns dictionary-encoded by default, and decodes those several
+    times slower than plain ones: the cache pass names the file and column once, and says
+    nothing of a plain column (same values), of other columns or when the cache is reused."""
+    import logging
+    Q = _sphere(n=1400, d=24, seed=2)[0].astype(np.float16)
+    slow = _write(str(tmp_path / "slow.parquet"), Q, pa.float16())
+    plain = str(tmp_path / "plain.parquet")
+    pq.write_table(pq.read_table(slow), plain, use_dictionary=["id"], row_group_size=700)
+    assert pq.ParquetFile(slow).metadata.row_group(0).column(1).encodings != \
+        pq.ParquetFile(plain).metadata.row_group(0).column(1).encodings
+    runs = {}
+    for name, path in (("slow", slow), ("plain", plain), ("again", slow)):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="streamclust"):
+            wd = str(tmp_path / ("wd-slow" if name == "again" else f"wd-{name}"))
+            runs[name] = streamclust.fit(path, "dgmm", 4, progress=False, work_dir=wd,
+                                         features="embedding", batch_size=500)
+        runs[name + " notes"] = [r.getMessage() for r in caplog.records if "dictionary" in r.getMessage()]
+    assert len(runs["slow notes"]) == 1
+    assert slow in runs["slow notes"][0] and "'embedding'" in runs["slow notes"][0]
+    assert "use_dictionary=False" in runs["slow notes"][0]
+    assert runs["plain notes"] == [] and runs["again notes"] == []  # plain; a reused cache
+    np.testing.assert_array_equal(runs["slow"].means_, runs["plain"].means_)  # the same rows

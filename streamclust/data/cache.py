@@ -13,6 +13,7 @@ its own kernels (``Requirements.random_rows``) needs the float32 cache.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import Callable, Iterator
 
@@ -23,6 +24,8 @@ from ..base.checks import one_of
 from .columns import COLUMNS_META, ColumnCollector
 from ..errors import DataError
 from ..base.interrupt import check as check_interrupt
+
+log = logging.getLogger(__name__)
 from .batch import Batch, Data
 
 CACHE_FILE = "features.f32"
@@ -159,6 +162,7 @@ class FeatureCache:
                 from dataclasses import replace
                 return cls._append(old.meta, replace(data, source=tail), work_dir, key,
                                    batch_size, progress)
+        _tell_read_notes(data)
         np_dtype, name = DTYPES[dtype]
         path = os.path.join(work_dir, name)
         tmp = path + ".tmp"
@@ -215,6 +219,7 @@ class FeatureCache:
         path = os.path.join(work_dir, name)
         size, n, skipped, n_source = os.path.getsize(path), 0, 0, 0
         first = meta.get("source_rows", meta["n_rows"])
+        _tell_read_notes(tail)
         if progress:
             progress(first)  # the rows cached already
         try:
@@ -286,6 +291,12 @@ def _rescale(path: str, n: int, d: int, batch_size: int, fn, dtype=np.float32) -
         mm[s:s + batch_size] = _stored(fn(np.array(mm[s:s + batch_size], dtype=np.float32)), dtype)
     mm.flush()
     del mm
+
+
+def _tell_read_notes(data: Data) -> None:
+    """Log what the source says of reading the feature columns (e.g. a slow encoding)."""
+    for line in data.source.read_notes(data.spec.columns):
+        log.info("%s", line)
 
 
 class RowState:

@@ -47,6 +47,23 @@ def _check_schemas(schemas: list[tuple[str, pa.Schema]]) -> pa.Schema:
     return first
 
 
+# measured 2026-11-29 on 1M x 384 (benchmarks.md, the feature cache pass): the cache pass
+DICT_HALF_SLOWER = "about 5x"
+
+
+def _dictionary_halffloat(md) -> set:
+    """Paths of the leaf columns of Parquet metadata ``md`` whose first row group holds
+    float16 values (FIXED_LEN_BYTE_ARRAY, logical type Float16) dictionary-encoded."""
+    rg, out = md.row_group(0), set()
+    for i in range(md.num_columns):
+        c = rg.column(i)
+        if c.physical_type == "FIXED_LEN_BYTE_ARRAY" and \
+                str(md.schema.column(i).logical_type.type) == "FLOAT16" and \
+                any(e in ("RLE_DICTIONARY", "PLAIN_DICTIONARY") for e in c.encodings):
+            out.add(c.path_in_schema)
+    return out
+
+
 class ParquetSource(Source):
     """One Parquet file, a directory of them, or a glob.  Only footers are read here."""
 
@@ -59,6 +76,7 @@ class ParquetSource(Source):
             from .filesystems import list_files
             self.files = list_files(fs, str(path), PARQUET_EXT, self.name)
         self._meta, self._groups = [], []  # rows of each file, of each of its row groups
+        self._dict_half = set()  # leaves of float16 values dictionary-encoded (in the first file)
         schemas = []
         for f in self.files:
             try:
@@ -68,9 +86,21 @@ class ParquetSource(Source):
             md = pf.metadata
             self._meta.append(md.num_rows)
             self._groups.append([md.row_group(i).num_rows for i in range(md.num_row_groups)])
+            if len(schemas) == 0 and md.num_row_groups:
+                self._dict_half = _dictionary_halffloat(md)
             schemas.append((f, pf.schema_arrow))
         self.schema = _check_schemas(schemas)
         self.n_rows = int(sum(self._meta))
+
+    def read_notes(self, columns) -> list[str]:
+        """A line for each of ``columns`` whose float16 values Parquet holds dictionary-encoded
+        (pyarrow writes them so by default): pyarrow decodes them several times slower than plain
+        ones (Arrow's dictionary path for FIXED_LEN_BYTE_ARRAY), which a long cache pass shows."""
+        slow = [c for c in columns if any(p == c or p.startswith(c + ".") for p in self._dict_half)]
+        return [f"{self.name}: column '{c}' holds float16 values dictionary-encoded (pyarrow's "
+                f"default when writing), which pyarrow decodes {DICT_HALF_SLOWER} slower than plain "
+                f"ones; files written with use_dictionary=False (or a list of the other columns) "
+                f"read faster" for c in slow]
 
     def _parquet(self, f):
         return pq.ParquetFile(f if self._fs is None else self._fs.open_input_file(f))

@@ -39,6 +39,11 @@ class Source:
         """A string that changes when the data change, or None if unknown (no caching)."""
         return None
 
+    def read_notes(self, columns) -> list[str]:
+        """Lines worth telling before a pass reads ``columns`` (e.g. an encoding that is slow to
+        decode); none by default."""
+        return []
+
     def tail(self, first: int) -> "Source | None":
         """The same source without its first ``first`` files (None: not made of files).  Its
         fingerprint then covers only the files it keeps."""
