@@ -1,17 +1,17 @@
-"""The command line: ``streamclust fit | predict | evaluate | graph | plugins | info``."""
+"""The command line: ``streamclust fit | predict | evaluate | report`` here, ``sweep | graph |
+plugins | info`` in :mod:`.cli_explore`; what they share in :mod:`.cli_shared`."""
 from __future__ import annotations
 
-import json
 import sys
 import traceback
 
 import click
 
+from . import cli_explore
+from .cli_shared import (INT32, cache_dtype_option, dask_executor, exclude_option, features_option,
+                         json_option, metric_option, parse_set, print_result, quiet_logging,
+                         setup_logging, split_names)
 from .errors import StreamclustError
-
-#: the largest count an integer option takes (batches, epochs, clusters): what NumPy's int32
-#: indexing and the kernels' counters hold; a larger one is refused naming the option
-INT32 = 2**31 - 1
 
 
 class _Group(click.Group):
@@ -45,80 +45,6 @@ class _Group(click.Group):
             sys.exit(1)
 
 
-def _split(values) -> list[str] | None:
-    out = [v.strip() for item in values for v in item.split(",") if v.strip()]
-    return out or None
-
-
-def _parse_set(items) -> dict:
-    params = {}
-    for item in items:
-        if "=" not in item:
-            raise StreamclustError(f"--set expects name=value, got {item!r}")
-        k, v = item.split("=", 1)
-        params[k.strip()] = v.strip()
-    return params
-
-
-def _setup_logging(level: str) -> None:
-    """What a run does (features, cache, start, end) on stderr through the ``streamclust`` logger."""
-    import logging
-    logger = logging.getLogger("streamclust")
-    class StderrHandler(logging.StreamHandler):
-        """Writes to the current ``sys.stderr`` (a test runner swaps it between commands)."""
-        _streamclust_cli = True
-
-        @property
-        def stream(self):
-            return sys.stderr
-
-        @stream.setter
-        def stream(self, value):
-            pass
-
-    if not any(getattr(h, "_streamclust_cli", False) for h in logger.handlers):
-        h = StderrHandler()
-        h.setFormatter(logging.Formatter("%(message)s"))
-        logger.addHandler(h)
-    logger.setLevel(level.upper())
-
-
-def _quiet_logging() -> None:
-    import logging
-    logger = logging.getLogger("streamclust")
-    if logger.level < logging.WARNING:
-        logger.setLevel(logging.WARNING)
-
-
-def _print(obj, as_json: bool) -> None:
-    """A result: one JSON object (``--json``), or ``key: value`` lines."""
-    if as_json:
-        click.echo(json.dumps(obj))
-        return
-    width = max(len(k) for k in obj) if obj else 0
-    for k, v in obj.items():
-        v = f"{v:.6g}" if isinstance(v, float) else (json.dumps(v) if isinstance(v, (dict, list)) else v)
-        click.echo(f"{k:<{width}}  {v}")
-
-
-_JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-_EXCLUDE = click.option("--exclude", "-x", multiple=True, metavar="COLUMNS",
-                        help="Columns (names or globs, comma-separated) never taken as features.")
-_METRIC = click.option("--metric", type=click.Choice(["euclidean", "cosine"]), default="euclidean",
-                       show_default=True,
-                       help="cosine: every row divided by its norm (after --scale) in the cache "
-                            "pass and by predict, for embeddings compared by angle.")
-_CACHE_DTYPE = click.option("--cache-dtype", type=click.Choice(["float32", "float16"]),
-                            default="float32", show_default=True,
-                            help="The feature cache's type: float16 halves its disk and what a "
-                                 "pass reads (exact for float16 input; not for ncutemb).")
-_FEATURES = click.option("--features", "-f", multiple=True, metavar="COLUMNS",
-                         help="Feature columns: one list column or numeric columns, names or globs "
-                              "('p*'), comma-separated.  Default: the only list column, else every "
-                              "numeric column except those named like labels or ids (label, id, "
-                              "*_id, …), which are listed.")
-
-
 @click.group(cls=_Group)
 @click.option("--verbose", is_flag=True, help="Show tracebacks on errors.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
@@ -128,12 +54,11 @@ _FEATURES = click.option("--features", "-f", multiple=True, metavar="COLUMNS",
 def main(ctx, verbose, log_level):
     """Cluster data sets larger than memory (Parquet, Arrow IPC)."""
     ctx.obj = {"verbose": verbose}
-    _setup_logging(log_level)
+    setup_logging(log_level)
     import tempfile
 
     from .base.workdir import clean_stale
     clean_stale(tempfile.gettempdir(), "streamclust-")  # what killed runs left (debug: which)
-
 
 @main.command()
 @click.option("--memory-limit", default=None, metavar="SIZE",
@@ -144,13 +69,13 @@ def main(ctx, verbose, log_level):
 @click.option("--algorithm", "-a", default="dgmm", show_default=True)
 @click.option("--clusters", "-k", type=click.IntRange(1, INT32), default=None,
               help="Number of clusters (required, except for algorithms that choose it: infex).")
-@_FEATURES
-@_EXCLUDE
+@features_option
+@exclude_option
 @click.option("--scale", type=click.Choice(["none", "standard", "minmax"]), default="none",
               show_default=True, help="Scale each feature (statistics from the data, stored in "
                                       "the model and applied by predict).")
-@_METRIC
-@_CACHE_DTYPE
+@metric_option
+@cache_dtype_option
 @click.option("--set", "sets", multiple=True, metavar="NAME=VALUE", help="Algorithm parameter.")
 @click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True)
 @click.option("--batch-size", type=click.IntRange(1, INT32), default=65536, show_default=True)
@@ -175,7 +100,7 @@ def main(ctx, verbose, log_level):
               help="Continue the run whose checkpoint is in --work-dir (written after every epoch).")
 @click.option("--out", "-o", required=True, help="Model directory to write.")
 @click.option("--overwrite", is_flag=True, help="Replace the model in an existing --out.")
-@_JSON
+@json_option
 def fit(data, algorithm, clusters, features, exclude, scale, metric, cache_dtype, sets, seed, batch_size, max_epochs,
         work_dir, update, skip_invalid, quiet, scheduler, workers, worker_cache, resume, out,
         overwrite, as_json, memory_limit):
@@ -205,13 +130,13 @@ def fit(data, algorithm, clusters, features, exclude, scale, metric, cache_dtype
     if clusters is None and not PluginHost().algorithm(algorithm).chooses_k:
         raise click.UsageError(f"missing option '-k' / '--clusters' (algorithm '{algorithm}' needs "
                                f"the number of clusters)")
-    params = _parse_set(sets)
+    params = parse_set(sets)
     if quiet:
-        _quiet_logging()
-    executor = _dask(scheduler, workers, worker_cache)
+        quiet_logging()
+    executor = dask_executor(scheduler, workers, worker_cache)
     try:
-        model = _fit(data, algorithm, clusters, features=_split(features),
-                     exclude=_split(exclude), scale=scale, metric=metric, seed=seed,
+        model = _fit(data, algorithm, clusters, features=split_names(features),
+                     exclude=split_names(exclude), scale=scale, metric=metric, seed=seed,
                      cache_dtype=cache_dtype,
                      batch_size=batch_size, max_epochs=max_epochs, work_dir=work_dir,
                      on_invalid="skip" if skip_invalid else "error",
@@ -228,7 +153,7 @@ def fit(data, algorithm, clusters, features, exclude, scale, metric, cache_dtype
     objective = last.get("objective") if objective is None else float(objective)
     info = model.info
     if as_json:
-        _print({"algorithm": algorithm, "n_clusters": model.n_clusters, "rows": info["rows"],
+        print_result({"algorithm": algorithm, "n_clusters": model.n_clusters, "rows": info["rows"],
                 "rows_skipped": info["rows_skipped"], "features": list(model.feature_spec.columns),
                 "n_features": info["features"], "features_left_out": info.get("features_left_out", {}),
                 "scale": scale, "metric": metric, "epochs": info["epochs"], "converged": info["converged"],
@@ -243,13 +168,6 @@ def fit(data, algorithm, clusters, features, exclude, scale, metric, cache_dtype
                f"{info['seconds']:.2f} s -> {path}")
 
 
-def _dask(scheduler, workers, worker_cache="auto"):
-    """The executor of ``--scheduler`` (None: local)."""
-    if not scheduler:
-        return None
-    from .run.dask_executor import DaskExecutor
-    return DaskExecutor(scheduler=scheduler, n_workers=workers, worker_cache=worker_cache)
-
 
 def _update(data, work_dir, sets, max_epochs, quiet, scheduler, workers, resume, out, overwrite,
             as_json, memory_limit, given):
@@ -263,18 +181,18 @@ def _update(data, work_dir, sets, max_epochs, quiet, scheduler, workers, resume,
                                "--skip-invalid")
     check_model_out(out, overwrite)  # before the first pass
     if quiet:
-        _quiet_logging()
-    executor = _dask(scheduler, workers)
+        quiet_logging()
+    executor = dask_executor(scheduler, workers)
     try:
         model = _run_update(data, work_dir, max_epochs=max_epochs,
                             progress=False if quiet else None, executor=executor, resume=resume,
-                            memory_limit=memory_limit, expect=dict(given, params=_parse_set(sets)))
+                            memory_limit=memory_limit, expect=dict(given, params=parse_set(sets)))
     finally:
         if executor is not None:
             executor.close()
     if model is None:
         if as_json:
-            _print({"updated": False, "reason": "already up to date", "out": None}, True)
+            print_result({"updated": False, "reason": "already up to date", "out": None}, True)
         else:
             click.echo(f"{data}: already up to date (no file beyond those fitted in {work_dir}); "
                        f"{out} not written")
@@ -283,7 +201,7 @@ def _update(data, work_dir, sets, max_epochs, quiet, scheduler, workers, resume,
     up = model.info["update"]
     ids = up["ids"]
     if as_json:
-        _print({"updated": True, "algorithm": model.algorithm, "n_clusters": model.n_clusters,
+        print_result({"updated": True, "algorithm": model.algorithm, "n_clusters": model.n_clusters,
                 "rows": model.info["rows"], "rows_added": up["rows_added"],
                 "files_added": up["files_added"], "epochs": model.info["epochs"],
                 "converged": model.info["converged"], "clusters": ids,
@@ -319,11 +237,11 @@ def predict(model_dir, data, out, keep, batch_size, skip_invalid, overwrite, sof
     model = load_model(model_dir)
     if soft and soft_top:
         raise click.UsageError("give --soft or --soft-top, not both")
-    kw = dict(keep=_split(keep), batch_size=batch_size, overwrite=overwrite, soft=soft_top or soft,
+    kw = dict(keep=split_names(keep), batch_size=batch_size, overwrite=overwrite, soft=soft_top or soft,
               on_invalid="skip" if skip_invalid else "error")
     if scheduler:
         from .run.cluster_predict import predict_on_cluster
-        with _dask(scheduler, workers) as executor:
+        with dask_executor(scheduler, workers) as executor:
             res = predict_on_cluster(model, data, out, executor, **kw)
         click.echo(f"{res['rows']} rows labelled ({res['skipped']} skipped) -> {res['out']} "
                    f"({res['parts']} parts and _SUCCESS)")
@@ -340,12 +258,12 @@ def predict(model_dir, data, out, keep, batch_size, skip_invalid, overwrite, sof
 @click.option("--labels", required=True, help="Column with the true classes.")
 @click.option("--batch-size", type=click.IntRange(1, INT32), default=65536, show_default=True)
 @click.option("--skip-invalid", is_flag=True, help="Leave rows with NaN/inf features out.")
-@_JSON
+@json_option
 def evaluate(model_dir, data, labels, batch_size, skip_invalid, as_json):
     """Score MODEL_DIR on DATA against --labels: nmi, acc (one-to-one), acc_many_to_one (= purity),
     and for centroid models the mean quantization_error."""
     from .model.fitted import load_model
-    _print(load_model(model_dir).evaluate(data, labels, batch_size,
+    print_result(load_model(model_dir).evaluate(data, labels, batch_size,
                                           on_invalid="skip" if skip_invalid else "error"), as_json)
 
 
@@ -369,156 +287,8 @@ def report(model_dir, data, out, labels, sample, batch_size, skip_invalid, overw
     click.echo(f"report of {res['rows']} rows in {res['seconds']:.2f} s -> {res['out']}")
 
 
-@main.command()
-@click.argument("data")
-@click.option("--algorithm", "-a", default="dgmm", show_default=True)
-@click.option("--clusters", "-k", "ks", default="2..20", show_default=True,
-              help="The k to try: '2..30', '2,4,8'.")
-@click.option("--sample", type=click.IntRange(10, INT32), default=3000, show_default=True,
-              help="Rows drawn uniformly (one pass) and fitted for every k.")
-@click.option("--seeds", type=click.IntRange(1, 10_000), default=3, show_default=True,
-              help="Fits per k (stability compares them).")
-@_FEATURES
-@_EXCLUDE
-@click.option("--scale", type=click.Choice(["none", "standard", "minmax"]), default="none",
-              show_default=True)
-@_METRIC
-@click.option("--set", "sets", multiple=True, metavar="NAME=VALUE", help="Algorithm parameter.")
-@click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True)
-@click.option("--batch-size", type=click.IntRange(1, INT32), default=65536, show_default=True)
-@click.option("--skip-invalid", is_flag=True, help="Leave rows with NaN/inf out.")
-@click.option("--out", "-o", default=None, help="Also write the curves and the table to this HTML page.")
-@click.option("--overwrite", is_flag=True, help="Replace an existing --out.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-@_JSON
-def sweep(data, algorithm, ks, sample, seeds, features, exclude, scale, metric, sets, seed, batch_size,
-          skip_invalid, out, overwrite, quiet, as_json):
-    """Fit ALGORITHM on a sample of DATA for a range of k; print the criteria and suggest k."""
-    from .base.atomic import check_output_file
-    from .sweep import parse_ks, sweep as _sweep, write_page
-    parse_ks(ks)
-    if out:
-        check_output_file(out, (), overwrite)  # before the fits, not after
-    res = _sweep(data, algorithm, ks, sample=sample, seeds=seeds, seed=seed,
-                 features=_split(features), exclude=_split(exclude), scale=scale, metric=metric,
-                 batch_size=batch_size, on_invalid="skip" if skip_invalid else "error",
-                 progress=False if quiet else None, params=_parse_set(sets))
-    if out:
-        write_page(res, out, overwrite)
-    if as_json:
-        click.echo(json.dumps(dict(res.to_json(), out=out)))
-        return
-    click.echo(res.table())
-    click.echo(f"suggested: k = {res.suggested} ({res.reason})" + (f" -> {out}" if out else ""))
-
-
-@main.command()
-@click.argument("data")
-@click.option("--neighbors", "-n", type=click.IntRange(1, 10_000), default=5, show_default=True, help="k: neighbours per row.")
-@_FEATURES
-@_EXCLUDE
-@click.option("--scale", type=click.Choice(["none", "standard", "minmax"]), default="none",
-              show_default=True, help="Scale each feature before the search.")
-@_METRIC
-@_CACHE_DTYPE
-@click.option("--out", "-o", required=True,
-              help="Directory for the feature cache, the hnswlib cells and knn/graph_*.npy "
-                   "(reused by a later run with the same settings).")
-@click.option("--cell-rows", type=click.IntRange(1, 2**40), default=50_000, show_default=True,
-              help="Rows per cell of the graph, on average (built by NN-descent; the cells "
-                   "being built must fit in memory).")
-@click.option("--ef", type=click.IntRange(0, INT32), default=0, help="Query breadth (0: 24; never below 2k + 2).")
-@click.option("--degree", type=click.IntRange(0, 65_535), default=0, show_default=True,
-              help="Length of a row's list while its cell is built by NN-descent (0: max(12, 1.2 k)).")
-@click.option("--M", "m", type=click.IntRange(2, 65_535), default=16, show_default=True,
-              help="Links per row of the hnswlib index built for queries (predict).")
-@click.option("--batch-size", type=click.IntRange(1, INT32), default=65536, show_default=True)
-@click.option("--scheduler", default=None, metavar="ADDRESS",
-              help="Build and search the cells on a dask.distributed cluster (or 'local'); --out "
-                   "must be reachable by every worker.")
-@click.option("--memory-limit", default=None, metavar="SIZE",
-              help="Memory the graph may use, e.g. 4GB or 512MiB (default: half the memory "
-                   "available); the cells are sized to fit it.")
-@click.option("--workers", type=click.IntRange(1, 10_000), default=None, help="Workers of --scheduler local (default 2).")
-@click.option("--reference-rows", type=click.IntRange(0, 2**40), default=0, show_default=True,
-              help="Search each row's neighbours among a uniform sample of this many rows (0: all rows).")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bars (shown on a terminal).")
-def graph(data, neighbors, features, exclude, scale, metric, cache_dtype, out, cell_rows, ef, degree, m, batch_size,
-          scheduler, workers, memory_limit, reference_rows, quiet):
-    """Build the kNN graph of DATA (ids N×k int64, distances N×k float32) into --out."""
-    import os
-    import time
-    from .base.progress import enabled
-    from .graph.knn import KNN_DIR, knn_graph
-    t = time.perf_counter()
-    executor = _dask(scheduler, workers)
-    try:
-        if executor is not None:
-            from .run.shards import cache_mode
-            os.makedirs(out, exist_ok=True)
-            if cache_mode(executor, out) == "local":
-                raise click.UsageError(f"the workers of {scheduler} cannot open --out {out}: the "
-                                       "kNN graph is built in a directory every worker reaches "
-                                       "(a shared filesystem; docs/scale.md)")
-        g = knn_graph(data, neighbors, features=_split(features), exclude=_split(exclude),
-                      scale=scale, metric=metric, cache_dtype=cache_dtype, work_dir=out,
-                      batch_size=batch_size, cell_rows=cell_rows, ef=ef, degree=degree, M=m,
-                      executor=executor, progress=enabled(False if quiet else None),
-                      memory_limit=memory_limit, reference_rows=reference_rows)
-    finally:
-        if executor is not None:
-            executor.close()
-    click.echo(f"{len(g.ids)} rows × {g.n_neighbors} neighbours in {time.perf_counter() - t:.2f} s "
-               f"-> {os.path.join(out, KNN_DIR)}")
-
-
-@main.command()
-@_JSON
-def plugins(as_json):
-    """List algorithms, their parameters, the input formats and the package that provides each."""
-    from .data.sources import describe
-    from .plugins import PluginHost
-    host = PluginHost()
-    if as_json:
-        click.echo(json.dumps({
-            "algorithms": {name: {"provider": host.providers[name], "version": str(cls.version),
-                                  "chooses_k": bool(cls.chooses_k),
-                                  "params": {p: {"default": q.default, "type": q.type.__name__,
-                                                 "choices": list(q.choices) if q.choices else None,
-                                                 "doc": q.doc} for p, q in cls.params.items()}}
-                           for name, cls in sorted(host.algorithms.items())},
-            "formats": [{"format": describe(o), "provider": p} for o, p in host.sources],
-            "failures": [{"name": f.name, "package": f.package, "error": str(f.error)}
-                         for f in host.failures]}))
-        return
-    for name in sorted(host.algorithms):
-        cls = host.algorithms[name]
-        click.echo(f"{name}  (from {host.providers[name]}, version {cls.version})")
-        for pname, p in cls.params.items():
-            extra = f" {list(p.choices)}" if p.choices else ""
-            click.echo(f"    {pname} = {p.default!r} ({p.type.__name__}){extra}: {p.doc}")
-    click.echo("input formats, asked in this order:")
-    for opener, package in host.sources:
-        click.echo(f"    {describe(opener)}  (from {package})")
-    for f in host.failures:
-        click.echo(f"failed to load plugin {f.name} from {f.package}: {f.error}", err=True)
-
-
-@main.command()
-@click.argument("data")
-@_FEATURES
-@_EXCLUDE
-@_JSON
-def info(data, features, exclude, as_json):
-    """Rows, columns, files and the feature columns a fit would take (reads metadata only)."""
-    from .data.sources import open_data
-    d = open_data(data, features=_split(features), exclude=_split(exclude))
-    src = d.source
-    _print({"source": src.name, "rows": src.n_rows, "files": len(getattr(src, "files", [])) or None,
-            "columns": {f.name: str(f.type) for f in src.schema},
-            "features": list(d.spec.columns), "n_features": d.n_features,
-            "features_left_out": d.left_out,
-            "cache_bytes": None if src.n_rows is None else src.n_rows * d.n_features * 4}, as_json)
+for _command in (cli_explore.sweep, cli_explore.graph, cli_explore.plugins, cli_explore.info):
+    main.add_command(_command)
 
 
 def entry():

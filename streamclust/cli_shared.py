@@ -1,0 +1,95 @@
+"""What the commands of :mod:`streamclust.cli` share: their common options, the parsing of
+``--set`` and column lists, logging to stderr, the printing of results and the Dask executor."""
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from .errors import StreamclustError
+
+#: the largest count an integer option takes (batches, epochs, clusters): what NumPy's int32
+#: indexing and the kernels' counters hold; a larger one is refused naming the option
+INT32 = 2**31 - 1
+
+
+def split_names(values) -> list[str] | None:
+    out = [v.strip() for item in values for v in item.split(",") if v.strip()]
+    return out or None
+
+
+def parse_set(items) -> dict:
+    params = {}
+    for item in items:
+        if "=" not in item:
+            raise StreamclustError(f"--set expects name=value, got {item!r}")
+        k, v = item.split("=", 1)
+        params[k.strip()] = v.strip()
+    return params
+
+
+def setup_logging(level: str) -> None:
+    """What a run does (features, cache, start, end) on stderr through the ``streamclust`` logger."""
+    import logging
+    logger = logging.getLogger("streamclust")
+    class StderrHandler(logging.StreamHandler):
+        """Writes to the current ``sys.stderr`` (a test runner swaps it between commands)."""
+        _streamclust_cli = True
+
+        @property
+        def stream(self):
+            return sys.stderr
+
+        @stream.setter
+        def stream(self, value):
+            pass
+
+    if not any(getattr(h, "_streamclust_cli", False) for h in logger.handlers):
+        h = StderrHandler()
+        h.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(h)
+    logger.setLevel(level.upper())
+
+
+def quiet_logging() -> None:
+    import logging
+    logger = logging.getLogger("streamclust")
+    if logger.level < logging.WARNING:
+        logger.setLevel(logging.WARNING)
+
+
+def print_result(obj, as_json: bool) -> None:
+    """A result: one JSON object (``--json``), or ``key: value`` lines."""
+    if as_json:
+        click.echo(json.dumps(obj))
+        return
+    width = max(len(k) for k in obj) if obj else 0
+    for k, v in obj.items():
+        v = f"{v:.6g}" if isinstance(v, float) else (json.dumps(v) if isinstance(v, (dict, list)) else v)
+        click.echo(f"{k:<{width}}  {v}")
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+exclude_option = click.option("--exclude", "-x", multiple=True, metavar="COLUMNS",
+                        help="Columns (names or globs, comma-separated) never taken as features.")
+metric_option = click.option("--metric", type=click.Choice(["euclidean", "cosine"]), default="euclidean",
+                       show_default=True,
+                       help="cosine: every row divided by its norm (after --scale) in the cache "
+                            "pass and by predict, for embeddings compared by angle.")
+cache_dtype_option = click.option("--cache-dtype", type=click.Choice(["float32", "float16"]),
+                            default="float32", show_default=True,
+                            help="The feature cache's type: float16 halves its disk and what a "
+                                 "pass reads (exact for float16 input; not for ncutemb).")
+features_option = click.option("--features", "-f", multiple=True, metavar="COLUMNS",
+                         help="Feature columns: one list column or numeric columns, names or globs "
+                              "('p*'), comma-separated.  Default: the only list column, else every "
+                              "numeric column except those named like labels or ids (label, id, "
+                              "*_id, …), which are listed.")
+
+def dask_executor(scheduler, workers, worker_cache="auto"):
+    """The executor of ``--scheduler`` (None: local)."""
+    if not scheduler:
+        return None
+    from .run.dask_executor import DaskExecutor
+    return DaskExecutor(scheduler=scheduler, n_workers=workers, worker_cache=worker_cache)
