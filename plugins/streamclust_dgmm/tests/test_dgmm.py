@@ -122,7 +122,7 @@ def test_distance_evaluations_counted():
     assert [h["phase"] for h in c.history] == ["coreset"] * 2
     assert [h["rows"] for h in c.history] == [256, 256]
     # two starts in the first epoch; tol=0 runs each to START_MAX_ITER steps
-    from streamclust_dgmm.algorithm import START_MAX_ITER
+    from streamclust_dgmm.starts import START_MAX_ITER
     s = streamclust.fit(X, "dgmm", 20, seed=0, truncation=3, candidates=2, coreset_size=256,
                         max_epochs=1, tol=0, n_init=2, progress=False)
     assert s.history[0]["starts"][0][1] == s.history[0]["starts"][1][1] == START_MAX_ITER
