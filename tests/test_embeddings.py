@@ -198,17 +198,23 @@ def test_a_float16_fit_updates_with_float16_rows(tmp_path):
     assert nmi(y, streamclust.load_model(str(tmp_path / "m2")).predict(X)) > 0.9
 
 
-def test_the_cache_pass_says_when_float16_values_are_dictionary_encoded(tmp_path, caplog):
+def test_the_cache_pass_says_when_float16_values_are_dictionary_encoded(tmp_path, caplog,
+                                                                        monkeypatch):
     """pyarrow writes float16 columns dictionary-encoded by default, and decodes those several
     times slower than plain ones: the cache pass names the file and column once, and says
-    nothing of a plain column (same values), of other columns or when the cache is reused."""
+    nothing of a plain column (same values), of other columns, when the cache is reused, or
+    when the column is too small for it to matter."""
     import logging
+    from streamclust.data import formats
     Q = _sphere(n=1400, d=24, seed=2)[0].astype(np.float16)
     slow = _write(str(tmp_path / "slow.parquet"), Q, pa.float16())
     plain = str(tmp_path / "plain.parquet")
     pq.write_table(pq.read_table(slow), plain, use_dictionary=["id"], row_group_size=700)
     assert pq.ParquetFile(slow).metadata.row_group(0).column(1).encodings != \
         pq.ParquetFile(plain).metadata.row_group(0).column(1).encodings
+    # 1 400 x 24 values take milliseconds: not worth a line at the default threshold
+    assert formats.ParquetSource(slow).read_notes(["embedding"]) == []
+    monkeypatch.setattr(formats, "DICT_HALF_MIN_VALUES", 1400 * 24)
     runs = {}
     for name, path in (("slow", slow), ("plain", plain), ("again", slow)):
         caplog.clear()

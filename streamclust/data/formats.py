@@ -47,20 +47,23 @@ def _check_schemas(schemas: list[tuple[str, pa.Schema]]) -> pa.Schema:
     return first
 
 
-# measured 2026-11-29 on 1M x 384 (benchmarks.md, the feature cache pass): the cache pass
+# measured 2026-11-29 on 1M x 384 (benchmarks.md, the feature cache pass): 13.6 s against 2.6
 DICT_HALF_SLOWER = "about 5x"
+#: float16 values below which the note is not worth a line (~1 s of dictionary decoding)
+DICT_HALF_MIN_VALUES = 1 << 24
 
 
 def _dictionary_halffloat(md) -> set:
-    """Paths of the leaf columns of Parquet metadata ``md`` whose first row group holds
-    float16 values (FIXED_LEN_BYTE_ARRAY, logical type Float16) dictionary-encoded."""
-    rg, out = md.row_group(0), set()
+    """``{path: values per row}`` of the leaf columns of Parquet metadata ``md`` whose first
+    row group holds float16 values (FIXED_LEN_BYTE_ARRAY, logical type Float16)
+    dictionary-encoded."""
+    rg, out = md.row_group(0), {}
     for i in range(md.num_columns):
         c = rg.column(i)
         if c.physical_type == "FIXED_LEN_BYTE_ARRAY" and \
                 str(md.schema.column(i).logical_type.type) == "FLOAT16" and \
                 any(e in ("RLE_DICTIONARY", "PLAIN_DICTIONARY") for e in c.encodings):
-            out.add(c.path_in_schema)
+            out[c.path_in_schema] = c.num_values / max(rg.num_rows, 1)
     return out
 
 
@@ -76,7 +79,7 @@ class ParquetSource(Source):
             from .filesystems import list_files
             self.files = list_files(fs, str(path), PARQUET_EXT, self.name)
         self._meta, self._groups = [], []  # rows of each file, of each of its row groups
-        self._dict_half = set()  # leaves of float16 values dictionary-encoded (in the first file)
+        self._dict_half = {}  # leaves of float16 values dictionary-encoded (in the first file)
         schemas = []
         for f in self.files:
             try:
@@ -95,8 +98,11 @@ class ParquetSource(Source):
     def read_notes(self, columns) -> list[str]:
         """A line for each of ``columns`` whose float16 values Parquet holds dictionary-encoded
         (pyarrow writes them so by default): pyarrow decodes them several times slower than plain
-        ones (Arrow's dictionary path for FIXED_LEN_BYTE_ARRAY), which a long cache pass shows."""
-        slow = [c for c in columns if any(p == c or p.startswith(c + ".") for p in self._dict_half)]
+        ones (Arrow's dictionary path for FIXED_LEN_BYTE_ARRAY); said when the column holds at
+        least ``DICT_HALF_MIN_VALUES`` values, where it costs seconds."""
+        slow = [c for c in columns for p, per_row in self._dict_half.items()
+                if (p == c or p.startswith(c + "."))
+                and per_row * self.n_rows >= DICT_HALF_MIN_VALUES]
         return [f"{self.name}: column '{c}' holds float16 values dictionary-encoded (pyarrow's "
                 f"default when writing), which pyarrow decodes {DICT_HALF_SLOWER} slower than plain "
                 f"ones; files written with use_dictionary=False (or a list of the other columns) "
