@@ -24,9 +24,9 @@ from ..base.checks import one_of
 from .columns import COLUMNS_META, ColumnCollector
 from ..errors import DataError
 from ..base.interrupt import check as check_interrupt
+from .batch import Batch, Data
 
 log = logging.getLogger(__name__)
-from .batch import Batch, Data
 
 CACHE_FILE = "features.f32"
 CACHE_META = "features.json"

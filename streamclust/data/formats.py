@@ -53,7 +53,7 @@ DICT_HALF_SLOWER = "about 5x"
 DICT_HALF_MIN_VALUES = 1 << 24
 
 
-def _dictionary_halffloat(md) -> set:
+def _dictionary_halffloat(md) -> dict:
     """``{path: values per row}`` of the leaf columns of Parquet metadata ``md`` whose first
     row group holds float16 values (FIXED_LEN_BYTE_ARRAY, logical type Float16)
     dictionary-encoded."""
