@@ -72,20 +72,22 @@ def print_result(obj, as_json: bool) -> None:
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 exclude_option = click.option("--exclude", "-x", multiple=True, metavar="COLUMNS",
-                        help="Columns (names or globs, comma-separated) never taken as features.")
-metric_option = click.option("--metric", type=click.Choice(["euclidean", "cosine"]), default="euclidean",
-                       show_default=True,
-                       help="cosine: every row divided by its norm (after --scale) in the cache "
-                            "pass and by predict, for embeddings compared by angle.")
+                              help="Columns (names or globs, comma-separated) never taken as features.")
+metric_option = click.option("--metric", type=click.Choice(["euclidean", "cosine"]),
+                             default="euclidean", show_default=True,
+                             help="cosine: every row divided by its norm (after --scale) in the "
+                                  "cache pass and by predict, for embeddings compared by angle.")
 cache_dtype_option = click.option("--cache-dtype", type=click.Choice(["float32", "float16"]),
-                            default="float32", show_default=True,
-                            help="The feature cache's type: float16 halves its disk and what a "
-                                 "pass reads (exact for float16 input; not for ncutemb).")
+                                  default="float32", show_default=True,
+                                  help="The feature cache's type: float16 halves its disk and "
+                                       "what a pass reads (exact for float16 input; not for "
+                                       "ncutemb).")
 features_option = click.option("--features", "-f", multiple=True, metavar="COLUMNS",
-                         help="Feature columns: one list column or numeric columns, names or globs "
-                              "('p*'), comma-separated.  Default: the only list column, else every "
-                              "numeric column except those named like labels or ids (label, id, "
-                              "*_id, …), which are listed.")
+                               help="Feature columns: one list column or numeric columns, names or "
+                                    "globs ('p*'), comma-separated.  Default: the only list "
+                                    "column, else every numeric column except those named like "
+                                    "labels or ids (label, id, *_id, …), which are listed.")
+
 
 def dask_executor(scheduler, workers, worker_cache="auto"):
     """The executor of ``--scheduler`` (None: local)."""
