@@ -45,8 +45,6 @@ Choices where the paper is silent (ALGORITHMS.md asks to record them):
 """
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 
 from streamclust import Algorithm, EpochReport, Param, Requirements
@@ -57,28 +55,13 @@ from . import kernels as kn
 from . import search
 from . import spectral as sp
 from .model import NystromModel
+from .search import CandidateSearch
 from .update import Updates
 
 TOL_W = 1e-4
-log = logging.getLogger("streamclust.ism")
 
 
-
-
-def _onehot_centred(codes: np.ndarray) -> np.ndarray:
-    _, inv = np.unique(codes, return_inverse=True)
-    Y = np.zeros((len(codes), int(inv.max()) + 1 if len(codes) else 0))
-    Y[np.arange(len(codes)), inv] = 1.0
-    return Y - Y.mean(0)
-
-
-def _subspace_change(A: np.ndarray, B: np.ndarray) -> float:
-    """‖AAᵀ − BBᵀ‖_F / ‖BBᵀ‖_F for orthonormal A, B (sign- and rotation-free)."""
-    c = A.shape[1]
-    return float(np.sqrt(max(2.0 * c - 2.0 * np.sum((A.T @ B) ** 2), 0.0) / c))
-
-
-class ISM(Updates, NystromModel, Algorithm):
+class ISM(Updates, CandidateSearch, NystromModel, Algorithm):
     """Alternative clustering (KDAC) solved with the Iterative Spectral Method on a sample."""
 
     name = "ism"
@@ -154,7 +137,7 @@ class ISM(Updates, NystromModel, Algorithm):
                 raise DataError(f"column '{h['given']}': null at row {row}; the existing clustering "
                                 f"must label every row")
             self._given = g
-            self._Yc = _onehot_centred(g)
+            self._Yc = sp.onehot_centred(g)
             self._codes, self._p = kn.codes_and_proportions(g)
         else:
             self._given = None
@@ -339,7 +322,7 @@ class ISM(Updates, NystromModel, Algorithm):
         if inner:  # W moved (else the kernel, hence U, are unchanged)
             self._ustep(kernel_ready=True)
         dW = float(np.linalg.norm(W - W_old) / np.linalg.norm(W_old))
-        dU = _subspace_change(self.U_, U_old)
+        dU = sp.subspace_change(self.U_, U_old)
         self._round += 1
         # CQ = Tr(Uᵀ K̃ U) = the sum of U's eigenvalues (H U = U); AQ from the W-step's last pass
         cq, aq = float(np.sum(self.eigenvalues_)), self._aq
@@ -370,30 +353,6 @@ class ISM(Updates, NystromModel, Algorithm):
             self._grow()
         return EpochReport(objective=-obj, converged=converged,
                            rows=len(self._X), extras=extras)
-
-    def _next_candidate(self, novelty, share) -> bool:
-        """After a candidate's fit: move to the next one when this one is not valid (True), or
-        keep it.  When none was valid, the one nearest to validity is fitted again and kept."""
-        if len(self._cands) == 1 or self._final:
-            return False
-        self._tried.append(search.shortfall(novelty, share, self.hyper))
-        said = search.describe(self._cands, self._cand, novelty, share)
-        if self._tried[-1] == 0.0:
-            log.info("ism: kept %s", said)
-            return False
-        nxt = self._cand + 1
-        if nxt == len(self._cands):
-            self._final, nxt = True, int(np.argmin(self._tried))
-            log.warning("ism: no candidate is novel with no outlier cluster (max_novelty %g, "
-                        "min_share %g); keeping candidate %d, the nearest", self.hyper["max_novelty"],
-                        self.hyper["min_share"], nxt + 1)
-            if nxt == self._cand:
-                return False
-        else:
-            log.info("ism: rejected %s", said)
-        self._cand = nxt
-        self._begin()
-        return True
 
     def _sample_rows(self):
         return (self._X * self.scale_ + self.mean_).astype(np.float32)

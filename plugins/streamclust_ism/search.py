@@ -22,9 +22,12 @@ those sets: the note of the change gives the table they were read from.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
+
+log = logging.getLogger("streamclust.ism")
 
 
 @dataclass(frozen=True)
@@ -64,3 +67,32 @@ def describe(cands: list[Candidate], i: int, novelty: float | None, share: float
     nov = "" if novelty is None else f"novelty {novelty:.3f}, "
     return (f"candidate {i + 1} of {len(cands)} ({rows}, sigma {c.scale:g} x median): "
             f"{nov}smallest cluster {share:.2f} of n/c")
+
+
+class CandidateSearch:
+    """The choice among candidates of :class:`~streamclust_ism.algorithm.ISM` (a mixin): needs
+    its ``_cands``, ``_cand``, ``_tried``, ``_final``, ``hyper`` and ``_begin``."""
+
+    def _next_candidate(self, novelty, share) -> bool:
+        """After a candidate's fit: move to the next one when this one is not valid (True), or
+        keep it.  When none was valid, the one nearest to validity is fitted again and kept."""
+        if len(self._cands) == 1 or self._final:
+            return False
+        self._tried.append(shortfall(novelty, share, self.hyper))
+        said = describe(self._cands, self._cand, novelty, share)
+        if self._tried[-1] == 0.0:
+            log.info("ism: kept %s", said)
+            return False
+        nxt = self._cand + 1
+        if nxt == len(self._cands):
+            self._final, nxt = True, int(np.argmin(self._tried))
+            log.warning("ism: no candidate is novel with no outlier cluster (max_novelty %g, "
+                        "min_share %g); keeping candidate %d, the nearest", self.hyper["max_novelty"],
+                        self.hyper["min_share"], nxt + 1)
+            if nxt == self._cand:
+                return False
+        else:
+            log.info("ism: rejected %s", said)
+        self._cand = nxt
+        self._begin()
+        return True

@@ -155,3 +155,17 @@ def objective(Kt: np.ndarray, U: np.ndarray, Yc: np.ndarray, lam: float):
     cq = float(np.einsum("ij,ij->", U, Kt @ U))
     aq = float(np.einsum("ij,ij->", Yc, Kt @ Yc)) if Yc.shape[1] else 0.0
     return cq, aq
+
+
+def onehot_centred(codes: np.ndarray) -> np.ndarray:
+    """The one-hot matrix of ``codes``, its columns centred (Y − 1ȳᵀ)."""
+    _, inv = np.unique(codes, return_inverse=True)
+    Y = np.zeros((len(codes), int(inv.max()) + 1 if len(codes) else 0))
+    Y[np.arange(len(codes)), inv] = 1.0
+    return Y - Y.mean(0)
+
+
+def subspace_change(A: np.ndarray, B: np.ndarray) -> float:
+    """‖AAᵀ − BBᵀ‖_F / ‖BBᵀ‖_F for orthonormal A, B (sign- and rotation-free)."""
+    c = A.shape[1]
+    return float(np.sqrt(max(2.0 * c - 2.0 * np.sum((A.T @ B) ** 2), 0.0) / c))
