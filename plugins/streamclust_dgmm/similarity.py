@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kernels import POSITIONS_MAX, SimRows, build_alias
+from .sampling import POSITIONS_MAX, SimRows, build_alias
 
 
 class PairSums:

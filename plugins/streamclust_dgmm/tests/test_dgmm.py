@@ -13,7 +13,7 @@ from scipy.special import logsumexp
 import streamclust
 from streamclust.testing import make_blobs, make_context
 from streamclust.toolkit import afkmc2_stream, afkmc2_trials, quantization_error, rng_init
-from streamclust_dgmm.kernels import draw_candidates
+from streamclust_dgmm.sampling import draw_candidates
 
 DATA = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "shared", "data"))
 
