@@ -4,7 +4,7 @@ run (issue 46).
 
     python benchmarks/bench_update.py [--algorithms dgmm,slk,ncutemb,infex,ism]
         [--rows 1000000] [--new 0.1] [--steps 1] [--drift 9] [--data-dir DIR] [--refits last]
-        [--side 28]
+        [--side 28] [--set infex.bandwidth=300]
 
 The rows are ``make_digits.py``'s deformed digits (50 wide, or ``--side 28``: 784 wide images;
 ``label`` the digit; generated
@@ -121,6 +121,15 @@ def own_cluster(labels, truth, digit) -> bool:
     return (mine == c).mean() >= 0.5 and (truth[labels == c] == digit).mean() >= 0.5
 
 
+def number(text):
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
 def fit(data, algo, work):
     k, params = FITS[algo]
     return streamclust.fit(data, algo, k, features="x", work_dir=work, progress=False, **params)
@@ -187,7 +196,15 @@ def main():
     ap.add_argument("--refits", choices=("last", "all"), default="last")
     ap.add_argument("--side", type=int, default=None, help="784-wide rows: make_digits --side")
     ap.add_argument("--data-dir", default=os.path.join(tempfile.gettempdir(), "streamclust-bench"))
+    ap.add_argument("--set", action="append", default=[], metavar="ALGO.PARAM=VALUE",
+                    help="a fit parameter instead of the one above, e.g. infex.bandwidth=300")
     a = ap.parse_args()
+    for item in a.set:
+        name, _, value = item.partition("=")
+        algo, _, param = name.partition(".")
+        if algo not in FITS or not param or not value:
+            raise SystemExit(f"--set {item!r}: expected ALGO.PARAM=VALUE, ALGO one of {sorted(FITS)}")
+        FITS[algo][1][param] = number(value)
     file_rows = int(round(a.rows * a.new))
     if a.rows % file_rows:
         raise SystemExit("--rows must be a multiple of rows · new")
