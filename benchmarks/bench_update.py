@@ -130,6 +130,16 @@ def number(text):
     return text
 
 
+def apply_sets(items):
+    """``--set ALGO.PARAM=VALUE`` items into :data:`FITS`."""
+    for item in items:
+        name, _, value = item.partition("=")
+        algo, _, param = name.partition(".")
+        if algo not in FITS or not param or not value:
+            raise SystemExit(f"--set {item!r}: expected ALGO.PARAM=VALUE, ALGO one of {sorted(FITS)}")
+        FITS[algo][1][param] = number(value)
+
+
 def fit(data, algo, work):
     k, params = FITS[algo]
     return streamclust.fit(data, algo, k, features="x", work_dir=work, progress=False, **params)
@@ -199,12 +209,7 @@ def main():
     ap.add_argument("--set", action="append", default=[], metavar="ALGO.PARAM=VALUE",
                     help="a fit parameter instead of the one above, e.g. infex.bandwidth=300")
     a = ap.parse_args()
-    for item in a.set:
-        name, _, value = item.partition("=")
-        algo, _, param = name.partition(".")
-        if algo not in FITS or not param or not value:
-            raise SystemExit(f"--set {item!r}: expected ALGO.PARAM=VALUE, ALGO one of {sorted(FITS)}")
-        FITS[algo][1][param] = number(value)
+    apply_sets(a.set)
     file_rows = int(round(a.rows * a.new))
     if a.rows % file_rows:
         raise SystemExit("--rows must be a multiple of rows · new")
