@@ -130,6 +130,9 @@ def test_cli_nothing_new_changed_file_and_no_fit(tmp_path):
     r = _cli("fit", data, "--work-dir", work, "-o", str(tmp_path / "m2"), "--update", "-q")
     assert r.returncode == 0 and "already up to date" in r.stdout, r.stderr
     assert not (tmp_path / "m2").exists()
+    r = _cli("fit", data, "--work-dir", work, "-o", str(tmp_path / "m2"), "--update")
+    assert r.returncode == 0 and (r.stdout + r.stderr).count("already up to date") == 1, r
+    assert not (tmp_path / "m2").exists()
     # an old file changed: one line naming it, nothing written
     _grow(tmp_path, files, 3)
     first = os.path.join(data, "part-00.parquet")

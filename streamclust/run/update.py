@@ -174,8 +174,9 @@ def update(data, work_dir: str, *, max_epochs: int = 100, progress: bool | None 
                         f"those the model was fitted on ({list(spec.columns)})")
     added = new_files(ident["data"], d.source.fingerprint(), d.source.name)
     if added == 0:
-        log.info("%s: already up to date (no file beyond the %d fitted)", d.source.name,
-                 len(_entries(ident["data"])))
+        # debug: the caller says it (the CLI's line, Python's None); at info the CLI said it twice
+        log.debug("%s: already up to date (no file beyond the %d fitted)", d.source.name,
+                  len(_entries(ident["data"])))
         return None
     executor = engine._executor(executor, client)
     batch_size = int(ident["batch_size"])
