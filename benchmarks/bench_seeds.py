@@ -20,9 +20,8 @@ from sklearn.metrics import adjusted_rand_score
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import table  # noqa: E402
-from bench_update import FITS, apply_sets, ensure_data, labels_of, read_rows  # noqa: E402
+from bench_update import apply_sets, ensure_data, fit, labels_of, read_rows  # noqa: E402
 
-import streamclust  # noqa: E402
 from streamclust.model.metrics import nmi  # noqa: E402
 
 
@@ -45,12 +44,10 @@ def main():
         for f in base:
             os.symlink(f, os.path.join(data, os.path.basename(f)))
         for algo in a.algorithms.split(","):
-            k, params = FITS[algo]
             first = None
             for seed in range(a.seeds):
                 t = time.perf_counter()
-                model = streamclust.fit(data, algo, k, features="x", seed=seed, progress=False,
-                                        work_dir=os.path.join(tmp, f"{algo}-{seed}"), **params)
+                model = fit(data, algo, os.path.join(tmp, f"{algo}-{seed}"), seed)
                 sec = time.perf_counter() - t
                 labels = labels_of(model, X)
                 first = labels if first is None else first

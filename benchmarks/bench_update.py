@@ -140,9 +140,10 @@ def apply_sets(items):
         FITS[algo][1][param] = number(value)
 
 
-def fit(data, algo, work):
+def fit(data, algo, work, seed=0):
     k, params = FITS[algo]
-    return streamclust.fit(data, algo, k, features="x", work_dir=work, progress=False, **params)
+    return streamclust.fit(data, algo, k, features="x", work_dir=work, progress=False, seed=seed,
+                           **params)
 
 
 def bench(algo, base, added, drift, refits, tmp):
