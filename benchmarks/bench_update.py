@@ -18,7 +18,8 @@ says whether the updated model (and the refit) gave D a cluster of its own: a cl
 Per step: the update's wall time (feature cache append, kNN graph extension and the algorithm's
 update, as ``streamclust.update`` returns), the refit's (cache, graph and fit from nothing, in a
 fresh work directory: after every step with ``--refits all``, else after the last), their
-ratio, NMI against ``label`` of both, each one's objective (D-GMM: mean squared distance to the
+ratio, NMI against ``label`` of both and of the model before the update on all rows (``nmi
+kept``: what not updating gives; not for SLK, whose labels are its fitted rows'), each one's objective (D-GMM: mean squared distance to the
 nearest mean; INFEX: its mean log-likelihood over all rows; SLK: the discrete energy), the ARI
 between the old rows' labels before and after the update and the share of old rows that kept
 their cluster id.  The fits, with default settings otherwise: k = 10 (dgmm, slk, ncutemb, ism),
@@ -160,6 +161,7 @@ def bench(algo, base, added, drift, refits, tmp):
     print(f"{algo}: fit on {len(X)} rows in {t_fit:.1f} s, NMI {nmi(y, labels):.4f}", flush=True)
     for step, f in enumerate(added, 1):
         os.symlink(f, os.path.join(grow, os.path.basename(f)))
+        prev = model
         t = time.perf_counter()
         model = streamclust.update(grow, work, progress=False)
         t_up = time.perf_counter() - t
@@ -168,7 +170,9 @@ def bench(algo, base, added, drift, refits, tmp):
         X, y = np.concatenate([X, Xn]), np.concatenate([y, yn])
         after = labels_of(model, X)
         row = {"algorithm": algo, "step": step, "rows": len(X), "update s": round(t_up, 2),
-               "nmi update": round(nmi(y, after), 4), "obj update": objective(model, X),
+               "nmi update": round(nmi(y, after), 4),
+               "nmi kept": (round(nmi(y, labels_of(prev, X)), 4)
+                            if prev.algorithm != "slk" else None), "obj update": objective(model, X),
                "ARI old": round(adjusted_rand_score(labels, after[:n_old]), 4),
                "kept ids": round(float((labels == after[:n_old]).mean()), 4),
                "k": model.n_clusters}
