@@ -96,6 +96,12 @@ def test_infex_gives_a_new_class_an_exemplar_and_a_new_id(tmp_path):
     assert not np.isin(new_class[0], m1.predict(X_old))
     assert (m2.predict(X_old) == m1.predict(X_old)).mean() > 0.99
     assert m2.certified_
+    # the new class's modes were columns before the update's first master: no row outside
+    # every column's reach (without them: a reduced cost of 5.7e50 after the first master,
+    # six rounds, one master at mix-SQP's 500-iteration cap)
+    rounds = m2.history[len(m1.history):]
+    assert rounds[0]["max_reduced_cost"] < 1.0, rounds[0]
+    assert max(r["master_iterations"] for r in rounds) < 100 and len(rounds) <= 4
 
 
 @pytest.mark.parametrize("settings", [{"coreset_size": 400}, {"max_master_rows": 1600}])

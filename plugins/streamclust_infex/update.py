@@ -5,7 +5,11 @@ weights, kept in the checkpoint) and a uniform sample of the new rows of ``cores
 new / old rows (at least ``MIN_NEW`` or all of them), each weighted by the rows it stands for
 (the merge step of merge-and-reduce; a uniform sample is an unbiased coreset of its rows);
 without one, every row.  The columns start as the fitted exemplars, the bandwidth is the
-fit's, and the rounds then run as a fit's: the master gives the duals, pricing climbs from the
+fit's; the modes of the new master rows (a climb weighted by them alone, as a fit's first
+candidates are the modes of its rows) join the columns before the first master, so that no row
+starts without a column that reaches it (1M digits at Scott's h: the new rows' responses to
+the fitted exemplars underflowed, and the first master ran its 500 mix-SQP iterations, 61 of
+the update's 127 s).  The rounds then run as a fit's: the master gives the duals, pricing climbs from the
 master rows and new columns enter while a reduced cost exceeds ``epsilon``.  A round climbs
 from the new master rows' share of ``starts`` (at least ``MIN_NEW``), drawn among the new
 master rows: the fitted columns already answer the old rows, and a climb (a mean shift over
@@ -49,6 +53,12 @@ class Updates:
         self._restore_columns(state)
         self._objs, self._certified, self._solved, self._full = [], False, False, False
         self._first_new = first_new  # master rows from here on are new
+        if first_new < len(self._X):  # the new rows' modes join the columns before the master
+            log_eta = np.full(len(self._X), -np.inf)
+            log_eta[first_new:] = np.log(self._w[first_new:] / self._w[first_new:].sum())
+            added, _ = self._price(ctx, log_eta, 0.0)
+            self._Z = np.vstack([self._Z, added])
+            self._q = np.concatenate([self._q, np.zeros(len(added))])
 
     def _start_rows(self, ctx, n: int) -> np.ndarray:
         """Where pricing climbs from: ``starts`` master rows; in an update as many as the new
