@@ -66,13 +66,14 @@ AUTO_MASTER_ROWS = 1_200
 def _score_step(batch, _state, params):
     """Σ_i log γ(x_i) and min_i γ(x_i) over a batch (the full-data objective)."""
     Z, logq, kern = params
-    L = np.empty((len(batch.X), len(Z)))
-    kn.log_responses(readonly(batch.X), readonly(Z), kern, L)
-    L += logq
-    top = L.max(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        lg = top + np.log(np.exp(L - np.where(np.isfinite(top), top, 0.0)[:, None]).sum(axis=1))
-    return np.array([float(lg.sum()), float(np.exp(lg.min())), float(len(lg))])
+    total, low = 0.0, np.inf
+    for _, L in kn.log_mixture(batch.X, Z, logq, kern):
+        top = L.max(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            L -= np.where(np.isfinite(top), top, 0.0)[:, None]
+            lg = top + np.log(np.exp(L, out=L).sum(axis=1))
+        total, low = total + float(lg.sum()), min(low, float(np.exp(lg.min())))
+    return np.array([total, low, float(len(batch.X))])
 
 
 def _merge_score(a, b):
@@ -237,7 +238,7 @@ class INFEX(Updates, Algorithm):
         """The master over the current columns, and their log-responses on the master rows."""
         h = self.hyper
         L = np.empty((len(self._X), len(self._Z)))
-        kn.log_responses(readonly(self._X), readonly(self._Z), self.kernel_, L)
+        kn.log_responses(self._X, self._Z, self.kernel_, L)
         if h["objective"] == "kvq":
             return ms.solve_kvq(L), L
         try:
@@ -354,23 +355,23 @@ class INFEX(Updates, Algorithm):
 
     def predict(self, X, soft=False) -> Assignment:
         X = np.ascontiguousarray(X, dtype=np.float32)
-        L = np.empty((len(X), len(self.exemplars_)))
-        if len(X):
-            kn.log_responses(readonly(X), readonly(self.exemplars_), self.kernel_, L)
+        labels = np.zeros(len(X), np.int32)
+        P = np.zeros((len(X), len(self.exemplars_))) if soft else None
         with np.errstate(divide="ignore"):
-            L += np.log(self.weights_)
-        top = L.max(axis=1) if len(X) else np.zeros(0)
-        none = ~np.isfinite(top)
-        labels = L.argmax(axis=1).astype(np.int32) if len(X) else np.zeros(0, np.int32)
-        if none.any():  # no exemplar's support reaches the row: the nearest exemplar
-            labels[none] = nearest_center(X[none], self.exemplars_)[0]
-        P = None
-        if soft:
-            P = np.zeros_like(L)
-            ok = ~none
-            P[ok] = np.exp(L[ok] - top[ok, None])
-            P[np.flatnonzero(none), labels[none]] = 1.0
-            P /= P.sum(axis=1, keepdims=True)
+            logq = np.log(self.weights_)
+        for s, L in kn.log_mixture(X, self.exemplars_, logq, self.kernel_):
+            top = L.max(axis=1)
+            none = ~np.isfinite(top)
+            lab = L.argmax(axis=1).astype(np.int32)
+            if none.any():  # no exemplar's support reaches the row: the nearest exemplar
+                lab[none] = nearest_center(X[s:s + len(L)][none], self.exemplars_)[0]
+            labels[s:s + len(L)] = lab
+            if soft:
+                Pb = P[s:s + len(L)]
+                ok = ~none
+                Pb[ok] = np.exp(L[ok] - top[ok, None])
+                Pb[np.flatnonzero(none), lab[none]] = 1.0
+                Pb /= Pb.sum(axis=1, keepdims=True)
         return Assignment(labels, soft=P)
 
     # -- state --------------------------------------------------------------------------------

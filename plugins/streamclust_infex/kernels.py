@@ -1,5 +1,6 @@
-"""numba kernels of INFEX: kernel responses of rows to exemplars, and the weighted mean shift of
-many trajectories at once.  Arrays in, arrays out; no I/O, no Python objects.
+"""Kernels of INFEX: kernel responses of rows to exemplars (BLAS distances, then the kernel
+elementwise), and the weighted mean shift of many trajectories at once (numba).  Arrays in,
+arrays out; no I/O, no Python objects.
 
 Kernels (bandwidth h, u = ‖x − z‖² / h²), as the paper's section 4, in log form so that the far
 tails of the Gaussian do not underflow: ``GAUSSIAN`` log k = −u/2; ``EPANECHNIKOV`` log(1 − u)
@@ -13,7 +14,7 @@ from collections import namedtuple
 import numba as nb
 import numpy as np
 
-from streamclust.toolkit import sqdist
+from streamclust.toolkit import pairwise_sqdist, sqdist
 
 GAUSSIAN, EPANECHNIKOV, UNIFORM = 0, 1, 2
 KINDS = {"gaussian": GAUSSIAN, "epanechnikov": EPANECHNIKOV, "uniform": UNIFORM}
@@ -45,13 +46,40 @@ def log_profile(u, kind):
     return 0.0 if u <= 1.0 else -np.inf
 
 
-@nb.njit(cache=True, parallel=True)
+#: rows per block of :func:`log_responses` (4 096 rows × 1 300 exemplars: 43 MB of float64)
+BLOCK_ROWS = 4096
+
+
 def log_responses(X, Z, kern, out):
-    """``out[i, j] = log k_{z_j}(x_i)`` (float64, n × R)."""
+    """``out[i, j] = log k_{z_j}(x_i)`` (float64, n × R).  The squared distances come from float64
+    BLAS products (``toolkit.pairwise_sqdist``, clipped at 0) in blocks of ``BLOCK_ROWS`` rows,
+    the kernel is applied elementwise.  A numba loop over the pairs computed about 16M pairs a
+    second at 50 wide: the full objective of a fit at its defaults on 1.1M digit rows (1 300
+    exemplars) took 89 s, of a 132 s fit."""
     inv = 1.0 / (kern.h * kern.h)
-    for i in nb.prange(X.shape[0]):
-        for j in range(Z.shape[0]):
-            out[i, j] = log_kernel(sqdist(X[i], Z[j]) * inv, kern.kind)
+    for s in range(0, len(X), BLOCK_ROWS):
+        u = pairwise_sqdist(X[s:s + BLOCK_ROWS], Z)
+        u *= inv
+        o = out[s:s + BLOCK_ROWS]
+        if kern.kind == GAUSSIAN:
+            np.multiply(u, -0.5, out=o)
+        elif kern.kind == EPANECHNIKOV:
+            o[:] = -np.inf
+            inside = u < 1.0
+            o[inside] = np.log1p(-u[inside])
+        else:
+            o[:] = np.where(u <= 1.0, 0.0, -np.inf)
+
+
+def log_mixture(X, Z, logq, kern):
+    """Blocks ``(start, L)`` of the rows' log-responses plus ``logq`` (``BLOCK_ROWS`` × R each):
+    what the full objective and prediction reduce, without an n × R array."""
+    for s in range(0, len(X), BLOCK_ROWS):
+        Xb = X[s:s + BLOCK_ROWS]
+        L = np.empty((len(Xb), len(Z)))
+        log_responses(Xb, Z, kern, L)
+        L += logq
+        yield s, L
 
 
 def shift(X, sqX, log_eta, kern, walk, tol, chunk=4096):

@@ -3,8 +3,8 @@
 * ``loglik``: min_q −Σ_i ŵ_i log (K q)_i over the simplex (ŵ = w / Σw), solved by mix-SQP (Kim,
   Carbonetto, Stephens & Anitescu, JCGS 2020): SQP steps on the relaxed problem
   min_{x ≥ 0} −Σ ŵ_i log (Kx)_i + Σ_j x_j (whose solution lies on the simplex), each QP solved
-  by block principal pivoting started from the current support (:func:`nonnegative_qp`), with
-  a backtracking line search.  The rows of K may be scaled freely (the solution does not
+  by block principal pivoting started from the current support (:func:`.qp.nonnegative_qp`,
+  a Cholesky factor kept across its steps), with a backtracking line search.  The rows of K may be scaled freely (the solution does not
   change), so K is passed as log-responses and every row is shifted by its largest entry:
   Gaussian tails do not underflow.
   Duals: η_i = ŵ_i / γ_i; the duality gap of a point q is max_j (Kᵀη)_j − 1 ≥ the gap to the
@@ -22,7 +22,8 @@ from __future__ import annotations
 from collections import namedtuple
 
 import numpy as np
-import scipy.linalg as sla
+
+from .qp import nonnegative_qp
 
 #: ``q`` the weights of the columns (simplex); ``objective`` the master's value (mean
 #: log-likelihood, or ρ); ``log_dual`` log η per row (−∞: η = 0); ``threshold`` σ*; ``gap`` the duality gap;
@@ -39,88 +40,6 @@ def _scaled(logK):
         bad = int(np.flatnonzero(~np.isfinite(top))[0])
         raise FloatingPointError(f"row {bad} has zero response to every exemplar")
     return np.exp(logK - top[:, None]), top
-
-
-def _solve_free(H, c, F):
-    """y_F = −H_FF⁻¹ c_F (Cholesky; a least-squares solve when H_FF is numerically singular)."""
-    HF = H[np.ix_(F, F)]
-    try:
-        return sla.solve(HF, -c[F], assume_a="pos", check_finite=False)
-    except (np.linalg.LinAlgError, ValueError):
-        return np.linalg.lstsq(HF, -c[F], rcond=None)[0]
-
-
-def nonnegative_qp(H, c, y, tol=1e-12, max_iter=1000):
-    """min ½ yᵀHy + cᵀy s.t. y ≥ 0 (H symmetric positive (semi)definite), from ``y``: its
-    positive entries are the first free set.
-
-    Block principal pivoting (Júdice & Pires 1994; Kim & Park, SIAM J. Sci. Comput. 2011):
-    each step solves on the free set and exchanges at once every free entry below 0 and every
-    fixed entry whose gradient is below 0, falling back to one exchange (Murty's rule, finite
-    for a positive definite H) when that stops reducing the violations.  The active-set method
-    it replaces exchanged one entry a solve: on usps (1 500 rows at Scott's h, ~1 400 columns)
-    the master's first QP needed hundreds of solves, this one a handful.  If the pivoting does
-    not settle in 100 steps (rounding on a nearly singular H), the primal active-set method
-    finishes from its last point (at most ``max_iter`` exchanges)."""
-    R = len(c)
-    y = np.maximum(np.asarray(y, np.float64), 0.0)
-    free = y > 0
-    if not free.any():
-        free[int(np.argmin(c))] = True
-    scale = max(1.0, float(np.abs(np.diag(H)).max()))
-    worst, chances = R + 1, 3
-    for _ in range(min(max_iter, 100)):
-        F = np.flatnonzero(free)
-        y = np.zeros(R)
-        y[F] = _solve_free(H, c, F)
-        g = H @ y + c
-        swap = (free & (y < -tol * max(1.0, float(np.abs(y).max())))) | (~free & (g < -tol * scale))
-        n_bad = int(swap.sum())
-        if not n_bad:
-            return np.maximum(y, 0.0)
-        if n_bad < worst:
-            worst, chances = n_bad, 3
-        elif chances > 0:
-            chances -= 1
-        else:  # Murty's rule: only the last violated entry
-            swap[:np.flatnonzero(swap)[-1]] = False
-        free ^= swap
-    return _active_set(H, c, np.maximum(y, 0.0), tol, scale, max_iter)
-
-
-def _active_set(H, c, y, tol, scale, max_iter):
-    """The primal active-set method from the feasible ``y`` (one exchange a solve)."""
-    R = len(c)
-    free = y > 0
-    if not free.any():
-        free[int(np.argmin(c))] = True
-    for _ in range(max_iter):
-        F = np.flatnonzero(free)
-        yF = _solve_free(H, c, F)
-        if (yF > 0).all():
-            y = np.zeros(R)
-            y[F] = yF
-            grad = H @ y + c
-            grad[F] = 0.0
-            j = int(np.argmin(grad))
-            if grad[j] >= -tol * scale:
-                return y
-            free[j] = True
-            continue
-        # step from y towards yF until the first free entry reaches 0
-        yc = y[F]
-        neg = yF <= 0
-        ratios = yc[neg] / np.maximum(yc[neg] - yF[neg], 1e-300)
-        a = float(min(1.0, ratios.min()))
-        y = np.zeros(R)
-        y[F] = yc + a * (yF - yc)
-        hit = F[neg][np.argmin(ratios)]
-        y[hit] = 0.0
-        y[y < 1e-300] = 0.0
-        free = y > 0
-        if not free.any():
-            free[hit] = True
-    return y
 
 
 def solve_loglik(logK, w, q0=None, gap_tol=1e-8, max_iter=500) -> Solution:

@@ -13,6 +13,7 @@ from streamclust.testing import make_blobs
 from streamclust.toolkit import ParameterError, nmi
 from streamclust_infex import kernels as kn
 from streamclust_infex import master as ms
+from streamclust_infex import qp
 
 DATA = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "shared", "data"))
 
@@ -77,7 +78,7 @@ def test_nonnegative_qp_against_brute_force():
     rng = np.random.default_rng(2)
     A = rng.normal(size=(6, 5))
     H, c = A.T @ A + 0.1 * np.eye(5), rng.normal(size=5)
-    y = ms.nonnegative_qp(H, c, np.ones(5))
+    y = qp.nonnegative_qp(H, c, np.ones(5))
     best = np.inf
     for mask in range(1, 32):  # every free set: the KKT point with y ≥ 0 of least value
         F = [j for j in range(5) if mask >> j & 1]
@@ -89,7 +90,7 @@ def test_nonnegative_qp_against_brute_force():
     assert abs(0.5 * y @ H @ y + c @ y - min(best, 0.0)) < 1e-10
 
 
-@pytest.mark.parametrize("solver", ["nonnegative_qp", "_active_set"])
+@pytest.mark.parametrize("solver", ["nonnegative_qp", "active_set"])
 def test_nonnegative_qp_is_nonnegative_least_squares(solver):
     """Many columns, most of them 0 at the optimum, from a start where all are free (the
     master's first QP): H = AᵀA, c = −Aᵀb is min ‖Ay − b‖² over y ≥ 0, scipy's NNLS."""
@@ -100,15 +101,45 @@ def test_nonnegative_qp_is_nonnegative_least_squares(solver):
         b = A[:, :R // 4] @ rng.uniform(0.5, 2.0, R // 4) - rng.normal(size=m)
         H, c = A.T @ A + 1e-9 * np.eye(R), -A.T @ b
         ref = nnls(A, b, maxiter=50 * R)[0]
-        if solver == "_active_set":
-            y = ms._active_set(H, c, np.ones(R), 1e-12, float(np.diag(H).max()), 1000)
+        if solver == "active_set":
+            y = qp.active_set(H, c, np.ones(R), 1e-12, float(np.diag(H).max()), 1000)
         else:
-            y = ms.nonnegative_qp(H, c, np.ones(R))
+            y = qp.nonnegative_qp(H, c, np.ones(R))
         assert (y >= 0).all()
         f = lambda v: 0.5 * v @ H @ v + c @ v  # noqa: E731
         assert f(y) <= f(ref) + 1e-9 * abs(f(ref))
         if m > R:  # A of full column rank: one minimiser
             np.testing.assert_allclose(y, ref, atol=1e-6)
+
+
+def test_the_kept_factor_solves_as_a_fresh_one_through_any_changes_of_the_free_set():
+    """FreeSolver changes its Cholesky factor as entries enter and leave (one at a time, several
+    at once, the first and the last column, past REFACTOR changes): every solve equals a dense
+    solve of H_FF y = −c_F; a singular H_FF falls back on least squares."""
+    rng = np.random.default_rng(8)
+    R = 60
+    A = rng.normal(size=(90, R))
+    H, c = A.T @ A + 1e-3 * np.eye(R), rng.normal(size=R)
+    solve = qp.FreeSolver(H)
+    free = rng.random(R) < 0.5
+    factored = 0
+    for step in range(300):
+        k = 1 if step % 3 else int(rng.integers(2, 6))
+        free[rng.choice(R, k, replace=False)] ^= True
+        if step == 100:
+            free[[0, R - 1]] = [not free[0], not free[R - 1]]
+        F = np.flatnonzero(free)
+        y = solve(c, F)
+        ref = np.linalg.solve(H[np.ix_(F, F)], -c[F])
+        np.testing.assert_allclose(y, ref, rtol=1e-9, atol=1e-9 * np.abs(ref).max())
+        factored += solve.changes == 0
+    assert 0 < factored < 100  # mostly changed, sometimes factored anew
+    B = rng.normal(size=(10, R))  # rank 10: H_FF of more columns is singular
+    Hs = B.T @ B
+    F = np.arange(20)
+    y = qp.FreeSolver(Hs)(c, F)
+    np.testing.assert_allclose(Hs[np.ix_(F, F)] @ y, Hs[np.ix_(F, F)] @ np.linalg.lstsq(
+        Hs[np.ix_(F, F)], -c[F], rcond=None)[0], atol=1e-8)
 
 
 def test_distinct_keeps_the_rows_the_all_pairs_greedy_keeps():
@@ -187,6 +218,39 @@ def test_predict_is_the_largest_weighted_response():
     R = np.exp(L - L.max(1, keepdims=True))
     np.testing.assert_allclose(P, R / R.sum(1, keepdims=True), rtol=1e-9, atol=1e-12)
     assert a.exemplars_.dtype == np.float64 and abs(a.weights_.sum() - 1) < 1e-12
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "epanechnikov", "uniform"])
+def test_log_responses_and_the_full_objective_in_blocks_against_brute_force(kind):
+    """The BLAS distances in blocks of BLOCK_ROWS rows give every kernel's log-response of the
+    pairs computed one by one in float64 (rows past the first block, rows beyond every finite
+    support); the full objective and predict over blocks are those of the whole matrix."""
+    from streamclust_infex.algorithm import _score_step
+    rng = np.random.default_rng(9)
+    n = kn.BLOCK_ROWS * 2 + 37
+    X = (rng.normal(size=(n, 5)) * 3 + 100).astype(np.float32)  # far from the origin
+    Z = X[rng.choice(n, 40, replace=False)].astype(np.float64) + rng.normal(size=(40, 5)) * 0.1
+    kern = kn.Kernel(kn.KINDS[kind], 2.0)
+    L = np.empty((n, len(Z)))
+    kn.log_responses(X, Z, kern, L)
+    u = ((X.astype(np.float64)[:, None, :] - Z[None]) ** 2).sum(-1) / 4.0
+    with np.errstate(divide="ignore"):
+        ref = {"gaussian": -0.5 * u, "epanechnikov": np.where(u < 1, np.log1p(-np.minimum(u, 1)), -np.inf),
+               "uniform": np.where(u <= 1, 0.0, -np.inf)}[kind]
+    far = np.isinf(ref)
+    assert (np.isinf(L) == far).all() and (kind == "gaussian") == (not far.any())
+    np.testing.assert_allclose(L[~far], ref[~far], rtol=1e-9, atol=1e-9)
+    logq = np.log(rng.dirichlet(np.ones(len(Z))))
+    batch = type("B", (), {"X": X})()
+    total, low, rows = _score_step(batch, None, (Z, logq, kern))
+    with np.errstate(divide="ignore"):
+        lg = np.log(np.exp(ref + logq).sum(1))
+    assert rows == n
+    if np.isfinite(lg.sum()):
+        assert abs(total - lg.sum()) <= 1e-9 * abs(lg.sum())
+    else:  # a row beyond every exemplar's support
+        assert total == lg.sum() == -np.inf and kind != "gaussian"
+    assert abs(low - np.exp(lg.min())) <= 1e-9 * max(np.exp(lg.min()), 1e-300)
 
 
 def test_number_of_clusters_is_an_outcome():
