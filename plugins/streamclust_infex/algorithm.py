@@ -66,14 +66,9 @@ AUTO_MASTER_ROWS = 1_200
 def _score_step(batch, _state, params):
     """Σ_i log γ(x_i) and min_i γ(x_i) over a batch (the full-data objective)."""
     Z, logq, kern = params
-    total, low = 0.0, np.inf
-    for _, L in kn.log_mixture(batch.X, Z, logq, kern):
-        top = L.max(axis=1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            L -= np.where(np.isfinite(top), top, 0.0)[:, None]
-            lg = top + np.log(np.exp(L, out=L).sum(axis=1))
-        total, low = total + float(lg.sum()), min(low, float(np.exp(lg.min())))
-    return np.array([total, low, float(len(batch.X))])
+    lg, _ = kn.log_mixture_rows(batch.X, Z, logq, kern)
+    low = float(np.exp(lg.min())) if len(lg) else np.inf
+    return np.array([float(lg.sum()), low, float(len(lg))])
 
 
 def _merge_score(a, b):
@@ -355,10 +350,17 @@ class INFEX(Updates, Algorithm):
 
     def predict(self, X, soft=False) -> Assignment:
         X = np.ascontiguousarray(X, dtype=np.float32)
-        labels = np.zeros(len(X), np.int32)
-        P = np.zeros((len(X), len(self.exemplars_))) if soft else None
         with np.errstate(divide="ignore"):
             logq = np.log(self.weights_)
+        if not soft:
+            _, best = kn.log_mixture_rows(X, self.exemplars_, logq, self.kernel_)
+            labels = best.astype(np.int32)
+            none = best < 0
+            if none.any():  # no exemplar's support reaches the row: the nearest exemplar
+                labels[none] = nearest_center(X[none], self.exemplars_)[0]
+            return Assignment(labels)
+        labels = np.zeros(len(X), np.int32)
+        P = np.zeros((len(X), len(self.exemplars_)))
         for s, L in kn.log_mixture(X, self.exemplars_, logq, self.kernel_):
             top = L.max(axis=1)
             none = ~np.isfinite(top)
@@ -366,12 +368,11 @@ class INFEX(Updates, Algorithm):
             if none.any():  # no exemplar's support reaches the row: the nearest exemplar
                 lab[none] = nearest_center(X[s:s + len(L)][none], self.exemplars_)[0]
             labels[s:s + len(L)] = lab
-            if soft:
-                Pb = P[s:s + len(L)]
-                ok = ~none
-                Pb[ok] = np.exp(L[ok] - top[ok, None])
-                Pb[np.flatnonzero(none), lab[none]] = 1.0
-                Pb /= Pb.sum(axis=1, keepdims=True)
+            Pb = P[s:s + len(L)]
+            ok = ~none
+            Pb[ok] = np.exp(L[ok] - top[ok, None])
+            Pb[np.flatnonzero(none), lab[none]] = 1.0
+            Pb /= Pb.sum(axis=1, keepdims=True)
         return Assignment(labels, soft=P)
 
     # -- state --------------------------------------------------------------------------------

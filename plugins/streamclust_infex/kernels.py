@@ -53,9 +53,8 @@ BLOCK_ROWS = 4096
 def log_responses(X, Z, kern, out):
     """``out[i, j] = log k_{z_j}(x_i)`` (float64, n × R).  The squared distances come from float64
     BLAS products (``toolkit.pairwise_sqdist``, clipped at 0) in blocks of ``BLOCK_ROWS`` rows,
-    the kernel is applied elementwise.  A numba loop over the pairs computed about 16M pairs a
-    second at 50 wide: the full objective of a fit at its defaults on 1.1M digit rows (1 300
-    exemplars) took 89 s, of a 132 s fit."""
+    the kernel is applied elementwise (65 536 rows × 1 300 exemplars, 50 wide, one BLAS thread:
+    1.6–1.8 s against 2.8–3.4 s for the numba loop over pairs it replaces)."""
     inv = 1.0 / (kern.h * kern.h)
     for s in range(0, len(X), BLOCK_ROWS):
         u = pairwise_sqdist(X[s:s + BLOCK_ROWS], Z)
@@ -69,6 +68,49 @@ def log_responses(X, Z, kern, out):
             o[inside] = np.log1p(-u[inside])
         else:
             o[:] = np.where(u <= 1.0, 0.0, -np.inf)
+
+
+@nb.njit(cache=True, parallel=True)
+def _reduce_block(G, x_sq, z_sq, logq, kern, lg, best):
+    """Per row of the block: ``lg`` = log Σ_j q_j k_{z_j}(x) and ``best`` = argmax_j of the
+    terms (−1: no exemplar reaches the row), from the products ``G`` = X Zᵀ and the squared
+    norms (the distances of :func:`log_responses`, in one pass, no block of terms)."""
+    inv = 1.0 / (kern.h * kern.h)
+    for i in nb.prange(G.shape[0]):
+        top, arg = -np.inf, -1
+        for j in range(G.shape[1]):
+            t = logq[j] + log_kernel(max(x_sq[i] + z_sq[j] - 2.0 * G[i, j], 0.0) * inv, kern.kind)
+            if t > top:
+                top, arg = t, j
+        best[i] = arg
+        if arg < 0:
+            lg[i] = -np.inf
+            continue
+        acc = 0.0
+        for j in range(G.shape[1]):
+            t = logq[j] + log_kernel(max(x_sq[i] + z_sq[j] - 2.0 * G[i, j], 0.0) * inv, kern.kind)
+            acc += np.exp(t - top)
+        lg[i] = top + np.log(acc)
+
+
+#: rows per block of :func:`log_mixture_rows` (products of 512 rows × 1 300 exemplars: 5 MB)
+REDUCE_ROWS = 512
+
+
+def log_mixture_rows(X, Z, logq, kern):
+    """``(lg, best)`` of every row: log Σ_j q_j k_{z_j}(x) and the exemplar of the largest term
+    (−1 where none reaches), from float64 BLAS products in blocks of ``REDUCE_ROWS`` rows, each
+    reduced in one numba pass (65 536 rows × 1 300 exemplars: 1.7 s in blocks of 4 096 terms,
+    about 0.6 s so)."""
+    Z = np.ascontiguousarray(Z, np.float64)
+    z_sq = (Z * Z).sum(axis=1)
+    logq = np.ascontiguousarray(logq, np.float64)
+    lg, best = np.empty(len(X)), np.empty(len(X), np.int64)
+    for s in range(0, len(X), REDUCE_ROWS):
+        Xb = np.asarray(X[s:s + REDUCE_ROWS], np.float64)
+        _reduce_block(Xb @ Z.T, (Xb * Xb).sum(axis=1), z_sq, logq, kern, lg[s:s + len(Xb)],
+                      best[s:s + len(Xb)])
+    return lg, best
 
 
 def log_mixture(X, Z, logq, kern):

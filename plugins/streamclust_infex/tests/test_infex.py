@@ -215,6 +215,7 @@ def test_predict_is_the_largest_weighted_response():
     L = _log_gauss(X.astype(np.float64), a.exemplars_, 1.5) + np.log(a.weights_)
     labels, P = m.predict(X, soft=True)
     np.testing.assert_array_equal(labels, L.argmax(1))
+    np.testing.assert_array_equal(m.predict(X), L.argmax(1))  # hard labels: one pass a block
     R = np.exp(L - L.max(1, keepdims=True))
     np.testing.assert_allclose(P, R / R.sum(1, keepdims=True), rtol=1e-9, atol=1e-12)
     assert a.exemplars_.dtype == np.float64 and abs(a.weights_.sum() - 1) < 1e-12
@@ -246,6 +247,12 @@ def test_log_responses_and_the_full_objective_in_blocks_against_brute_force(kind
     with np.errstate(divide="ignore"):
         lg = np.log(np.exp(ref + logq).sum(1))
     assert rows == n
+    got, best = kn.log_mixture_rows(X, Z, logq, kern)
+    reach = np.isfinite(lg)
+    # γ itself (near the edge of a finite support log(1 − u) magnifies the rounding of u)
+    np.testing.assert_allclose(np.exp(got[reach]), np.exp(lg[reach]), rtol=1e-9, atol=1e-12)
+    assert (np.isinf(got) == ~reach).all() and (best[~reach] == -1).all()
+    np.testing.assert_array_equal(best[reach], (ref + logq)[reach].argmax(1))
     if np.isfinite(lg.sum()):
         assert abs(total - lg.sum()) <= 1e-9 * abs(lg.sum())
     else:  # a row beyond every exemplar's support
