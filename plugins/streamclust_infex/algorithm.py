@@ -133,7 +133,7 @@ class INFEX(Updates, Algorithm):
         stays within ``ctx.memory_budget``.  ``n_rows`` 0 (a CSV without a coreset: not known
         before the cache pass): counted when the engine checks again after it.  Measured: m =
         R = 4 000 held at least 551 MiB above the process in its first round (stopped there;
-        this estimate: 610 MiB)."""
+        this estimate: 732 MiB, the QP's kept factor counted)."""
         h = self.hyper
         core = self._coreset_rows(n_rows)
         m = min(core or n_rows, n_rows)

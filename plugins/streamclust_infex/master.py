@@ -153,9 +153,10 @@ def fixed_bandwidth_em(X, means, h, iters=300, tol=1e-10):
 
 def master_bytes(m: int, R: int, d: int = 0) -> int:
     """The master on ``m`` rows and ``R`` columns: the rows' log-responses, their scaled copy
-    and the Newton step's weighted copy (3 m R float64), the Hessian and the QP's (2 R²), and
-    with ``d`` the rows themselves (a master without coreset copies them)."""
-    return 8 * (3 * m * R + 2 * R * R + m * d)
+    and the Newton step's weighted copy (3 m R float64), the Hessian, the QP's kept factor and
+    the free block it factorises (3 R², :class:`.qp.FreeSolver`), and with ``d`` the rows
+    themselves (a master without coreset copies them)."""
+    return 8 * (3 * m * R + 3 * R * R + m * d)
 
 
 def most_columns(m: int, d: int, budget: int) -> int:
@@ -163,4 +164,4 @@ def most_columns(m: int, d: int, budget: int) -> int:
     left = budget / 8 - m * d
     if left <= 0:
         return 0
-    return int((-3 * m + np.sqrt(9.0 * m * m + 8.0 * left)) / 4)
+    return int((-3 * m + np.sqrt(9.0 * m * m + 12.0 * left)) / 6)

@@ -68,7 +68,8 @@ class FreeSolver:
 
     def _factor(self, F) -> bool:
         try:
-            L = sla.cholesky(self.H[np.ix_(F, F)], lower=False, check_finite=False)
+            L = sla.cholesky(self.H[np.ix_(F, F)], lower=False, overwrite_a=True,
+                             check_finite=False)
         except (np.linalg.LinAlgError, ValueError):
             self.order = np.zeros(0, np.int64)
             return False
