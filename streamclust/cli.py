@@ -173,7 +173,7 @@ def _update(data, work_dir, sets, max_epochs, quiet, scheduler, workers, resume,
             as_json, memory_limit, given):
     """``fit --update``: the model in ``work_dir`` updated with the files added to ``data``."""
     from .model.files import check_model_out
-    from .run.update import update as _run_update
+    from .run.update import ids_text, update as _run_update
     if not work_dir:
         raise click.UsageError("--update needs the --work-dir of the fit it updates")
     if given.pop("skip_invalid", False):
@@ -209,7 +209,7 @@ def _update(data, work_dir, sets, max_epochs, quiet, scheduler, workers, resume,
         return
     click.echo(f"{model.algorithm}: updated with {up['rows_added']} rows from {up['files_added']} "
                f"new file(s), {model.info['rows']} rows in all; clusters kept {len(ids['kept'])}, "
-               f"appeared {ids['appeared'] or 'none'}, vanished {ids['vanished'] or 'none'}; "
+               f"appeared {ids_text(ids['appeared'])}, vanished {ids_text(ids['vanished'])}; "
                f"{model.info['epochs']} epochs, converged={model.info['converged']}, "
                f"{model.info['seconds']:.2f} s -> {path}")
 

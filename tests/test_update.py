@@ -263,3 +263,14 @@ def test_a_scaled_fit_updates_with_its_statistics_and_a_later_fit_rescales(tmp_p
     np.testing.assert_allclose(m3.scaler.offset, X.astype(np.float32).astype(np.float64).mean(0),
                                rtol=1e-5, atol=1e-4)
     assert not np.allclose(m3.scaler.offset, old.mean(0), atol=1e-4)
+
+
+def test_an_update_names_many_new_ids_by_count_and_runs():
+    """A model of a thousand exemplars can gain hundreds in an update (INFEX on usps: 218 ids,
+    every one printed twice before): the line gives how many and their runs; a short list
+    stays a list."""
+    from streamclust.run.update import ids_text
+    assert ids_text([]) == "none" and ids_text([7, 3]) == "[3, 7]"
+    assert ids_text(range(1046, 1264)) == "218 (1046-1263)"
+    assert ids_text([1, 2, 3, 9, 11, 12, 20, 30, 40, 50, 60, 70]) == \
+        "12 (1-3, 9, 11-12, 20, ..., 40, 50, 60, 70)"

@@ -263,5 +263,24 @@ def _stable_ids(model, base, cache):
         model.history[-1]["clusters"] = events
     log.info("update: %d rows added; clusters kept %d, appeared %s, vanished %s; %.1f %% of "
              "the sampled old rows kept their id", model.info["update"]["rows_added"],
-             len(events["kept"]), events["appeared"], events["vanished"], 100 * same.mean())
+             len(events["kept"]), ids_text(events["appeared"]), ids_text(events["vanished"]),
+             100 * same.mean())
     return ids, model.public_labels(new)
+
+
+def ids_text(ids, most: int = 8) -> str:
+    """Cluster ids for a line of text: ``none``, the list when it is short, else how many and
+    runs of consecutive ids, the first and last few (an update of a model with a thousand
+    exemplars can add hundreds; ``model.info["update"]["ids"]`` keeps them all)."""
+    ids = sorted(int(i) for i in ids)
+    if not ids:
+        return "none"
+    if len(ids) <= most:
+        return "[" + ", ".join(map(str, ids)) + "]"
+    runs, start = [], ids[0]
+    for a, b in zip(ids, ids[1:] + [None]):
+        if b != a + 1:
+            runs.append(str(start) if start == a else f"{start}-{a}")
+            start = b
+    shown = runs if len(runs) <= most else runs[:most // 2] + ["..."] + runs[-(most // 2):]
+    return f"{len(ids)} ({', '.join(shown)})"
