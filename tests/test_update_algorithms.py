@@ -170,7 +170,8 @@ def test_ism_update_resumes_on_its_grown_sample_and_stops_at_update_rounds(tmp_p
     _write(str(data / "a.parquet"), X[:2000], y[:2000])
     for w in ("full", "cut"):
         streamclust.fit(str(data), "ism", 3, features="x", work_dir=str(tmp_path / w),
-                        sample_size=500, tol=0.0, max_rounds=6, update_rounds=4, progress=False)
+                        sample_size=500, tol=0.0, max_rounds=6, update_rounds=4,
+                        update_gain=0.0, progress=False)  # the update's own model, not the fit's
     _write(str(data / "b.parquet"), X[2000:], y[2000:])
     full = streamclust.update(str(data), str(tmp_path / "full"), progress=False)
     assert full.info["epochs"] == 4  # tol 0: update_rounds, not max_rounds
@@ -196,19 +197,48 @@ def test_ism_update_resumes_on_its_grown_sample_and_stops_at_update_rounds(tmp_p
 
 def test_ism_update_on_firm_clusters_keeps_the_old_rows_labels_and_a_refits_quality(tmp_path):
     """Where the clusters are firm (blobs), ISM's update — its sample changed as a reservoir,
-    W and U refined — labels the old rows as the fit did, and the new rows as a refit does
-    (NMI against the truth; scikit-learn's score)."""
+    W and U refined — partitions the grown sample no better than the fit does, so the fitted
+    model is kept whole (every old row keeps its label, the reservoir holds new rows); taken
+    (update_gain 0), the update's own model labels the old rows as the fit did, and the new
+    rows as a refit does (NMI against the truth; scikit-learn's score)."""
     from sklearn.metrics import normalized_mutual_info_score as nmi
     X, y = make_blobs(n=6000, k=4, d=6, seed=31, spread=1.0)
     data = tmp_path / "data"
     data.mkdir()
     _write(str(data / "a.parquet"), X[:5000], y[:5000])
+    m1, _ = (streamclust.fit(str(data), "ism", 4, features="x", work_dir=str(tmp_path / w),
+                             sample_size=600, update_gain=gain, progress=False)
+             for w, gain in (("kept", 0.01), ("taken", 0.0)))
+    _write(str(data / "b.parquet"), X[5000:], y[5000:])
+    kept = streamclust.update(str(data), str(tmp_path / "kept"), progress=False)
+    taken = streamclust.update(str(data), str(tmp_path / "taken"), progress=False)
+    refit = streamclust.fit(str(data), "ism", 4, features="x", sample_size=600, progress=False)
+    assert nmi(y, refit.predict(X)) >= 0.95  # firm: ISM finds the blobs
+    assert kept.history[-1]["kept_fitted"] and kept.history[-1]["gain"] <= 0.01
+    assert np.array_equal(m1.predict(X), kept.predict(X))  # the fit, exactly
+    assert (kept.reservoir_ids_ >= 5000).any() and not (kept.sample_ids_ >= 5000).any()
+    assert not taken.history[-1]["kept_fitted"]
+    assert (taken.sample_ids_ >= 5000).any()
+    assert (m1.predict(X[:5000]) == taken.predict(X[:5000])).mean() >= 0.99
+    assert nmi(y, taken.predict(X)) >= nmi(y, refit.predict(X)) - 0.01
+
+
+def test_ism_update_takes_a_partition_that_covers_a_new_class(tmp_path):
+    """The fit saw three of four overlapping blobs (k = 4); the added file holds the fourth.
+    The update's partition of the grown sample has the higher association (by more than
+    update_gain), so it replaces the fitted model, and labels all rows closer to the truth."""
+    from sklearn.metrics import adjusted_rand_score as ari
+    X, y = make_blobs(n=6000, k=4, d=6, seed=31, spread=2.0)
+    order = np.concatenate([np.flatnonzero(y < 3), np.flatnonzero(y == 3)])
+    X, y = X[order], y[order]
+    n1 = int((y < 3).sum())
+    data = tmp_path / "data"
+    data.mkdir()
+    _write(str(data / "a.parquet"), X[:n1], y[:n1])
     m1 = streamclust.fit(str(data), "ism", 4, features="x", work_dir=str(tmp_path / "w"),
                          sample_size=600, progress=False)
-    _write(str(data / "b.parquet"), X[5000:], y[5000:])
+    _write(str(data / "b.parquet"), X[n1:], y[n1:])
     m2 = streamclust.update(str(data), str(tmp_path / "w"), progress=False)
-    refit = streamclust.fit(str(data), "ism", 4, features="x", sample_size=600, progress=False)
-    assert (m2.sample_ids_ >= 5000).any()
-    assert nmi(y, refit.predict(X)) >= 0.95  # firm: ISM finds the blobs
-    assert (m1.predict(X[:5000]) == m2.predict(X[:5000])).mean() >= 0.99
-    assert nmi(y, m2.predict(X)) >= nmi(y, refit.predict(X)) - 0.01
+    assert m2.history[-1]["gain"] > 0.01
+    assert not m2.history[-1]["kept_fitted"]
+    assert ari(y, m2.predict(X)) > ari(y, m1.predict(X)) + 0.1

@@ -97,6 +97,10 @@ class ISM(Updates, CandidateSearch, NystromModel, Algorithm):
         "max_rounds": Param(20, int, "U/W rounds per stage", at_least(1)),
         "update_rounds": Param(3, int, "U/W rounds of an update at most (from the fitted W)",
                                at_least(1)),
+        "update_gain": Param(0.01, float, "an update keeps the fitted model unless its own "
+                             "partition of the grown sample has a normalised association higher "
+                             "by more than this share (0: always take the update's)",
+                             NON_NEGATIVE),
         "tol": Param(1e-3, float, "stop when U and W change less than this (0: run max_rounds)",
                      NON_NEGATIVE),
         "standardize": Param(True, bool, "scale every feature to unit variance (after centring)"),
@@ -205,13 +209,13 @@ class ISM(Updates, CandidateSearch, NystromModel, Algorithm):
                 "phi0_eigenvalues": self.phi0_eigenvalues_, "candidate": int(self._cand),
                 "tried": np.asarray(self._tried, dtype=np.float64), "final": bool(self._final),
                 "sample_ids": np.asarray(self.sample_ids_, np.int64),
-                "grown": bool(getattr(self, "_grown", False)), **self._warm_state()}
+                "grown": bool(getattr(self, "_grown", False)), **self._warm_state(),
+                **({"centers": self.centers_} if hasattr(self, "centers_") else {})}
 
     def restore(self, ctx, state: dict) -> None:
         # an update's sample is not ctx.sample() of all rows: its ids are in the checkpoint
         self._grown = bool(state.get("grown", False))
-        self._warm = (np.asarray(state["warm_ids"]), np.asarray(state["warm_labels"])) \
-            if "warm_ids" in state else None
+        self._restore_warm(state)
         self._load_sample(ctx, np.asarray(state["sample_ids"], np.int64) if self._grown else None)
         self._cand = int(state.get("candidate", 0))
         if not 0 <= self._cand < len(self._cands):
@@ -340,6 +344,8 @@ class ISM(Updates, CandidateSearch, NystromModel, Algorithm):
         converged = False
         if stage_done and final:  # labels and their measures at the end only
             self._ensure_labels()
+            if self._base is not None:  # an update: keep the fit unless this is better
+                extras.update(self._gate(ctx))
             novelty = nmi(self._given, self.labels_) if self._given is not None else None
             if novelty is not None:
                 extras["novelty"] = novelty
@@ -357,15 +363,20 @@ class ISM(Updates, CandidateSearch, NystromModel, Algorithm):
     def _sample_rows(self):
         return (self._X * self.scale_ + self.mean_).astype(np.float32)
 
-    def _finish_labels(self):
+    def _finish_labels(self, centers=None):
         """k-means on the row-normalised U, and what prediction needs (at the end of the fit,
         also when ``max_epochs`` stops it: the spare kernel buffer is freed)."""
         self._spare = None
         U = self.U_
         V = U / np.maximum(np.linalg.norm(U, axis=1, keepdims=True), 1e-300)
         rng = np.random.default_rng([self.seed, 0x15A])
-        self.centers_, labels, _ = kmeans(V, self.n_clusters, rng, n_init=self.hyper["n_init"],
-                                          init=self._warm_centres(V))
+        if centers is None:
+            self.centers_, labels, _ = kmeans(V, self.n_clusters, rng,
+                                              n_init=self.hyper["n_init"],
+                                              init=self._warm_centres(V))
+        else:  # a model's own centres (an update keeping the fit)
+            self.centers_ = np.asarray(centers, np.float64)
+            labels = ((V[:, None, :] - self.centers_[None]) ** 2).sum(2).argmin(1)
         self.labels_ = labels.astype(np.int32)
         self.projected_ = self._X @ self.W_
         w = np.where(np.abs(self.eigenvalues_) > 1e-300, self.eigenvalues_, 1e-300)
