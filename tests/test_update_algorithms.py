@@ -125,6 +125,61 @@ def test_infex_update_climbs_from_the_new_master_rows(tmp_path, settings):
     assert (ids[:first] < 1500).all() and (ids[first:] >= 1500).all()
 
 
+def test_infex_update_stops_at_update_epsilon_within_its_bound(tmp_path):
+    """An update certifies at ``update_epsilon``: its largest reduced cost is at most that, and
+    its master objective (the mean log-likelihood of the same master rows) is within that of the
+    same update run to the fit's epsilon (1e-6): the dual bound the certificate states."""
+    rng = np.random.default_rng(5)
+    C = rng.normal(0, 6, (6, 5))
+    y = rng.integers(0, 6, 3000)
+    X = C[y] + rng.normal(0, 1.0, (3000, 5))
+    data = tmp_path / "data"
+    data.mkdir()
+    _write(str(data / "a.parquet"), X[:2500], y[:2500])
+    for w, eps in (("loose", 1e-2), ("tight", 1e-6)):
+        streamclust.fit(str(data), "infex", features="x", work_dir=str(tmp_path / w),
+                        update_epsilon=eps, progress=False)
+    _write(str(data / "b.parquet"), X[2500:], y[2500:])
+    loose, tight = (streamclust.update(str(data), str(tmp_path / w), progress=False)
+                    for w in ("loose", "tight"))
+    assert loose.certified_ and loose.max_reduced_cost_ <= 1e-2
+    assert tight.max_reduced_cost_ <= 1e-6
+    assert -1e-6 <= tight.objective_ - loose.objective_ <= 1e-2
+    rounds = [len(m.history) - m.info["update"]["epochs_before"] for m in (loose, tight)]
+    assert rounds[0] < rounds[1], rounds
+    assert "update_epsilon" in loose.stopped_
+
+
+def test_infex_update_estimates_the_old_rows_objective_from_a_sample(tmp_path, monkeypatch):
+    """An update's full objective: exact over the new rows, the old rows' part from a uniform
+    sample of them, within four standard errors of the exact mean over every row (brute force
+    with the model's exemplars); with every old row sampled, exact and a standard error of 0."""
+    import streamclust_infex.update as iu
+    from streamclust_infex import kernels as kn
+    rng = np.random.default_rng(6)
+    C = rng.normal(0, 6, (4, 3))
+    y = rng.integers(0, 4, 3000)
+    X = (C[y] + rng.normal(0, 1.0, (3000, 3))).astype(np.float32)
+    data = tmp_path / "data"
+    data.mkdir()
+    _write(str(data / "a.parquet"), X[:2500], y[:2500])
+    import shutil
+    streamclust.fit(str(data), "infex", features="x", bandwidth=1.0, coreset_size=400,
+                    work_dir=str(tmp_path / "sampled"), progress=False)
+    shutil.copytree(tmp_path / "sampled", tmp_path / "exact")
+    _write(str(data / "b.parquet"), X[2500:], y[2500:])
+    for w, rows in (("sampled", 300), ("exact", 2500)):
+        monkeypatch.setattr(iu, "SCORE_OLD_ROWS", rows)
+        m = streamclust.update(str(data), str(tmp_path / w), progress=False)
+        lg, _ = kn.log_mixture_rows(X, m.exemplars_, np.log(m.weights_), m.kernel_)
+        if w == "exact":
+            assert m.full_objective_se_ == 0.0
+            assert abs(m.full_objective_ - lg.mean()) < 1e-9
+        else:
+            assert m.full_objective_se_ > 0
+            assert abs(m.full_objective_ - lg.mean()) <= 4 * m.full_objective_se_
+
+
 def test_ism_grown_sample_is_uniform_and_keeps_the_fitted_rows():
     """Over many draws each row is sampled with probability m / n, new or old, and the kept
     old rows are rows of the fitted sample."""

@@ -34,7 +34,9 @@ Choices where the paper is silent:
   for loglik, Tipping & Schölkopf's KVQ for kvq, the paper's baselines, solved to the same
   certificate over the rows.
 * The master runs in memory on the client (the coreset, or all rows up to
-  ``max_master_rows``); the data pass at the end scores every row (``full_objective_``).
+  ``max_master_rows``); the data pass at the end scores every row (``full_objective_``); an
+  update's scores its new rows and estimates the old rows' part from a uniform sample of them
+  (``full_objective_se_`` its standard error; 0 when exact).
 """
 from __future__ import annotations
 
@@ -63,18 +65,6 @@ log = logging.getLogger("streamclust.infex")
 AUTO_MASTER_ROWS = 1_200
 
 
-def _score_step(batch, _state, params):
-    """Σ_i log γ(x_i) and min_i γ(x_i) over a batch (the full-data objective)."""
-    Z, logq, kern = params
-    lg, _ = kn.log_mixture_rows(batch.X, Z, logq, kern)
-    low = float(np.exp(lg.min())) if len(lg) else np.inf
-    return np.array([float(lg.sum()), low, float(len(lg))])
-
-
-def _merge_score(a, b):
-    return np.array([a[0] + b[0], min(a[1], b[1]), a[2] + b[2]])
-
-
 class INFEX(Updates, Algorithm):
     """Exemplar clustering by column generation; the number of exemplars is an outcome."""
 
@@ -92,6 +82,9 @@ class INFEX(Updates, Algorithm):
                            NON_NEGATIVE),
         "epsilon": Param(1e-6, float, "a candidate enters when its reduced cost exceeds this",
                          POSITIVE),
+        "update_epsilon": Param(1e-3, float, "epsilon of an update: it stops when no reduced cost "
+                                "exceeds this (its mean log-likelihood then within this of the "
+                                "best over all mixtures)", POSITIVE),
         "gap": Param(1e-8, float, "duality gap the master is solved to", POSITIVE),
         "coreset_size": Param(0, int, "rows of the weighted coreset the master runs on (0: every "
                               "row up to max_master_rows, a coreset of that many rows above)",
@@ -210,7 +203,7 @@ class INFEX(Updates, Algorithm):
             kn.log_scores(readonly(X), steer, Z, kern, score)
             delta = np.maximum(delta, np.exp(score) - threshold)
         order = np.argsort(-delta, kind="stable")
-        order = order[delta[order] > h["epsilon"]]
+        order = order[delta[order] > self._epsilon()]
         if not len(order):
             return np.zeros((0, X.shape[1])), best
         cand = Z[order]
@@ -257,7 +250,7 @@ class INFEX(Updates, Algorithm):
         self._delta = best
         self._round += 1
         self._objs.append(sol.objective)
-        self._certified = best <= h["epsilon"]
+        self._certified = best <= self._epsilon()
         if self._certified and steer is not None and len(added):
             # KVQ: the certificate's climb (the Epanechnikov stand-in for the disc) can miss
             # better discs that the steered climb still finds: go on while ρ rose in the
@@ -334,13 +327,20 @@ class INFEX(Updates, Algorithm):
         self.gap_ = float(self._sol.gap)
         self.certified_ = bool(self._certified)
         self.max_reduced_cost_ = float(self._delta)
-        s = ctx.aggregate(_score_step, (self.exemplars_, np.log(self.weights_), self.kernel_),
-                          merge=_merge_score)
-        self.full_objective_ = float(s[0] / s[2]) if self.hyper["objective"] == "loglik" else float(s[1])
-        self.stopped_ = ("certificate: largest reduced cost ≤ epsilon" if self._certified else
+        params = (self.exemplars_, np.log(self.weights_), self.kernel_)
+        self.full_objective_se_ = 0.0
+        estimate = self._update_score(ctx, params) if self.hyper["objective"] == "loglik" else None
+        if estimate is not None:  # an update: its new rows, and a sample of the old ones
+            self.full_objective_, self.full_objective_se_ = estimate
+        else:
+            s = ctx.aggregate(kn.score_step, params, merge=kn.merge_score)
+            self.full_objective_ = float(s[0] / s[2]) if self.hyper["objective"] == "loglik" \
+                else float(s[1])
+        eps = "update_epsilon" if getattr(self, "_first_new", None) is not None else "epsilon"
+        self.stopped_ = (f"certificate: largest reduced cost ≤ {eps}" if self._certified else
                          f"{self._full_reason()}, with a reduced cost of {self._delta:.3e} > "
-                         "epsilon (raise memory_limit or lower coreset_size)" if self._full else
-                         f"max_epochs reached with a reduced cost of {self._delta:.3e} > epsilon")
+                         f"{eps} (raise memory_limit or lower coreset_size)" if self._full else
+                         f"max_epochs reached with a reduced cost of {self._delta:.3e} > {eps}")
 
     # -- prediction ---------------------------------------------------------------------------
     @property
@@ -380,6 +380,7 @@ class INFEX(Updates, Algorithm):
         return {"exemplars": self.exemplars_, "weights": self.weights_, "bandwidth": self.kernel_.h,
                 "objective_value": self.objective_, "gap": self.gap_, "certified": self.certified_,
                 "max_reduced_cost": self.max_reduced_cost_, "full_objective": self.full_objective_,
+                "full_objective_se": self.full_objective_se_,
                 "stopped": self.stopped_}
 
     def set_state(self, state: dict) -> None:
@@ -400,4 +401,5 @@ class INFEX(Updates, Algorithm):
         self.certified_ = bool(state["certified"])
         self.max_reduced_cost_ = float(state["max_reduced_cost"])
         self.full_objective_ = float(state["full_objective"])
+        self.full_objective_se_ = float(state.get("full_objective_se", 0.0))
         self.stopped_ = str(state["stopped"])

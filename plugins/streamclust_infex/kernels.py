@@ -229,3 +229,15 @@ def _distinct_window(Z, proj, radius, window):
                 k += step
         kept[t] = new
     return kept
+
+
+def score_step(batch, _state, params):
+    """Σ_i log γ(x_i) and min_i γ(x_i) over a batch (the full-data objective)."""
+    Z, logq, kern = params
+    lg, _ = log_mixture_rows(batch.X, Z, logq, kern)
+    low = float(np.exp(lg.min())) if len(lg) else np.inf
+    return np.array([float(lg.sum()), low, float(len(lg))])
+
+
+def merge_score(a, b):
+    return np.array([a[0] + b[0], min(a[1], b[1]), a[2] + b[2]])

@@ -21,8 +21,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import kernels as kn
+
 #: the fewest new rows a coreset update samples (all new rows when there are fewer)
 MIN_NEW = 200
+#: an update's full objective: every new row, and a uniform sample of this many old rows
+SCORE_OLD_ROWS = 65536
 
 
 class Updates:
@@ -59,6 +63,29 @@ class Updates:
             added, _ = self._price(ctx, log_eta, 0.0)
             self._Z = np.vstack([self._Z, added])
             self._q = np.concatenate([self._q, np.zeros(len(added))])
+
+    def _epsilon(self) -> float:
+        """The certificate's ε: ``update_epsilon`` in an update (which starts from a model
+        already certified on its rows), ``epsilon`` in a fit."""
+        if getattr(self, "_first_new", None) is not None:
+            return self.hyper["update_epsilon"]
+        return self.hyper["epsilon"]
+
+    def _update_score(self, ctx, params):
+        """``(mean log-likelihood over all rows, its standard error)`` at an update's end, at
+        the cost of its new rows: exact over the new rows (a pass over them), estimated over the
+        old ones from a uniform sample of ``SCORE_OLD_ROWS`` (their mean, times their number).
+        None in a fit, or when there are no more old rows than that (then every row is scored:
+        a fit's full pass, which at 1M digits and 1 300 exemplars took 18 s of a 50 s update)."""
+        n_old, n = getattr(ctx, "old_rows", 0), ctx.n_rows
+        if getattr(self, "_first_new", None) is None or n_old <= SCORE_OLD_ROWS:
+            return None
+        s = ctx.aggregate(kn.score_step, params, data=ctx.rows_view(n_old), merge=kn.merge_score)
+        ids = np.sort(ctx.rng(0x5C0E, n).choice(n_old, SCORE_OLD_ROWS, replace=False))
+        lg = np.concatenate([kn.log_mixture_rows(ctx.take(ids[a:a + 8192]), *params)[0]
+                             for a in range(0, len(ids), 8192)])
+        mean = (float(s[0]) + n_old * float(lg.mean())) / n
+        return mean, float(n_old * lg.std(ddof=1) / np.sqrt(len(lg)) / n)
 
     def _start_rows(self, ctx, n: int) -> np.ndarray:
         """Where pricing climbs from: ``starts`` master rows; in an update as many as the new

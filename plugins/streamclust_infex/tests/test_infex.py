@@ -226,7 +226,6 @@ def test_log_responses_and_the_full_objective_in_blocks_against_brute_force(kind
     """The BLAS distances in blocks of BLOCK_ROWS rows give every kernel's log-response of the
     pairs computed one by one in float64 (rows past the first block, rows beyond every finite
     support); the full objective and predict over blocks are those of the whole matrix."""
-    from streamclust_infex.algorithm import _score_step
     rng = np.random.default_rng(9)
     n = kn.BLOCK_ROWS * 2 + 37
     X = (rng.normal(size=(n, 5)) * 3 + 100).astype(np.float32)  # far from the origin
@@ -243,7 +242,7 @@ def test_log_responses_and_the_full_objective_in_blocks_against_brute_force(kind
     np.testing.assert_allclose(L[~far], ref[~far], rtol=1e-9, atol=1e-9)
     logq = np.log(rng.dirichlet(np.ones(len(Z))))
     batch = type("B", (), {"X": X})()
-    total, low, rows = _score_step(batch, None, (Z, logq, kern))
+    total, low, rows = kn.score_step(batch, None, (Z, logq, kern))
     with np.errstate(divide="ignore"):
         lg = np.log(np.exp(ref + logq).sum(1))
     assert rows == n
