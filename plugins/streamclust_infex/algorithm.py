@@ -82,7 +82,7 @@ class INFEX(Updates, Algorithm):
                            NON_NEGATIVE),
         "epsilon": Param(1e-6, float, "a candidate enters when its reduced cost exceeds this",
                          POSITIVE),
-        "update_epsilon": Param(1e-3, float, "epsilon of an update: it stops when no reduced cost "
+        "update_epsilon": Param(1e-2, float, "epsilon of an update: it stops when no reduced cost "
                                 "exceeds this (its mean log-likelihood then within this of the "
                                 "best over all mixtures)", POSITIVE),
         "gap": Param(1e-8, float, "duality gap the master is solved to", POSITIVE),
