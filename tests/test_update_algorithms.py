@@ -104,18 +104,25 @@ def test_infex_gives_a_new_class_an_exemplar_and_a_new_id(tmp_path):
     assert max(r["master_iterations"] for r in rounds) < 100 and len(rounds) <= 4
 
 
+def _mixture_files(tmp_path, seed, k, d, n, n_old, scale, spread, dtype=np.float64):
+    """``n`` rows of ``k`` Gaussian classes (centres drawn at ``scale``, rows at ``spread``);
+    the first ``n_old`` written to data/a.parquet.  Returns (data dir, X, y)."""
+    rng = np.random.default_rng(seed)
+    C = rng.normal(0, scale, (k, d))
+    y = rng.integers(0, k, n)
+    X = (C[y] + rng.normal(0, spread, (n, d))).astype(dtype)
+    data = tmp_path / "data"
+    data.mkdir()
+    _write(str(data / "a.parquet"), X[:n_old], y[:n_old])
+    return data, X, y
+
+
 @pytest.mark.parametrize("settings", [{"coreset_size": 400}, {"max_master_rows": 1600}])
 def test_infex_update_climbs_from_the_new_master_rows(tmp_path, settings):
     """The master rows an update marks new (pricing starts there) are exactly the added rows:
     after a fit on a coreset, and when the rows outgrow max_master_rows (every row at the fit,
     a coreset of max_master_rows rows at the update)."""
-    rng = np.random.default_rng(4)
-    C = rng.normal(0, 10, (3, 4))
-    y = rng.integers(0, 3, 2000)
-    X = C[y] + rng.normal(0, 0.5, (2000, 4))
-    data = tmp_path / "data"
-    data.mkdir()
-    _write(str(data / "a.parquet"), X[:1500], y[:1500])
+    data, X, y = _mixture_files(tmp_path, 4, 3, 4, 2000, 1500, 10, 0.5)
     streamclust.fit(str(data), "infex", features="x", bandwidth=1.5, work_dir=str(tmp_path / "w"),
                     progress=False, **settings)
     _write(str(data / "b.parquet"), X[1500:], y[1500:])
@@ -129,13 +136,7 @@ def test_infex_update_stops_at_update_epsilon_within_its_bound(tmp_path):
     """An update certifies at ``update_epsilon``: its largest reduced cost is at most that, and
     its master objective (the mean log-likelihood of the same master rows) is within that of the
     same update run to the fit's epsilon (1e-6): the dual bound the certificate states."""
-    rng = np.random.default_rng(5)
-    C = rng.normal(0, 6, (6, 5))
-    y = rng.integers(0, 6, 3000)
-    X = C[y] + rng.normal(0, 1.0, (3000, 5))
-    data = tmp_path / "data"
-    data.mkdir()
-    _write(str(data / "a.parquet"), X[:2500], y[:2500])
+    data, X, y = _mixture_files(tmp_path, 5, 6, 5, 3000, 2500, 6, 1.0)
     for w, eps in (("loose", 1e-2), ("tight", 1e-6)):
         streamclust.fit(str(data), "infex", features="x", work_dir=str(tmp_path / w),
                         update_epsilon=eps, progress=False)
@@ -156,13 +157,7 @@ def test_infex_update_estimates_the_old_rows_objective_from_a_sample(tmp_path, m
     with the model's exemplars); with every old row sampled, exact and a standard error of 0."""
     import streamclust_infex.update as iu
     from streamclust_infex import kernels as kn
-    rng = np.random.default_rng(6)
-    C = rng.normal(0, 6, (4, 3))
-    y = rng.integers(0, 4, 3000)
-    X = (C[y] + rng.normal(0, 1.0, (3000, 3))).astype(np.float32)
-    data = tmp_path / "data"
-    data.mkdir()
-    _write(str(data / "a.parquet"), X[:2500], y[:2500])
+    data, X, y = _mixture_files(tmp_path, 6, 4, 3, 3000, 2500, 6, 1.0, np.float32)
     import shutil
     streamclust.fit(str(data), "infex", features="x", bandwidth=1.0, coreset_size=400,
                     work_dir=str(tmp_path / "sampled"), progress=False)

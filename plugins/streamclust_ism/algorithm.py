@@ -49,7 +49,7 @@ import numpy as np
 
 from streamclust import Algorithm, EpochReport, Param, Requirements
 from streamclust.toolkit import (NON_NEGATIVE, POSITIVE, DataError, ParameterError, at_least,
-                                 kmeans, nmi)
+                                 kmeans, nearest_center, nmi)
 
 from . import kernels as kn
 from . import search
@@ -376,7 +376,7 @@ class ISM(Updates, CandidateSearch, NystromModel, Algorithm):
                                               init=self._warm_centres(V))
         else:  # a model's own centres (an update keeping the fit)
             self.centers_ = np.asarray(centers, np.float64)
-            labels = ((V[:, None, :] - self.centers_[None]) ** 2).sum(2).argmin(1)
+            labels = nearest_center(V, self.centers_)[0]
         self.labels_ = labels.astype(np.int32)
         self.projected_ = self._X @ self.W_
         w = np.where(np.abs(self.eigenvalues_) > 1e-300, self.eigenvalues_, 1e-300)
