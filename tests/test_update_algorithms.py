@@ -96,6 +96,7 @@ def test_infex_gives_a_new_class_an_exemplar_and_a_new_id(tmp_path):
     assert not np.isin(new_class[0], m1.predict(X_old))
     assert (m2.predict(X_old) == m1.predict(X_old)).mean() > 0.99
     assert m2.certified_
+    assert m2.history[-1]["gain"] > 0.01 and not m2.history[-1]["kept_fitted"]
     # the new class's modes were columns before the update's first master: no row outside
     # every column's reach (without them: a reduced cost of 5.7e50 after the first master,
     # six rounds, one master at mix-SQP's 500-iteration cap)
@@ -132,14 +133,41 @@ def test_infex_update_climbs_from_the_new_master_rows(tmp_path, settings):
     assert (ids[:first] < 1500).all() and (ids[first:] >= 1500).all()
 
 
+def test_infex_update_keeps_the_fit_unless_it_gains_update_gain(tmp_path):
+    """Rows like the fitted ones: the update's mixture is no better than the fitted one on all
+    rows (the gain, a mean log-likelihood difference, equals brute force over every row with
+    both models' exemplars), so the fit is kept whole and labels every row as before; taken
+    (update_gain 0), the update's own mixture is the same update's."""
+    from streamclust_infex import kernels as kn
+    data, X, y = _mixture_files(tmp_path, 8, 4, 4, 2400, 2000, 10, 0.5)
+    m1, _ = (streamclust.fit(str(data), "infex", features="x", bandwidth=1.5, update_gain=gain,
+                             work_dir=str(tmp_path / w), progress=False)
+             for w, gain in (("kept", 0.01), ("taken", 0.0)))
+    _write(str(data / "b.parquet"), X[2000:], y[2000:])
+    kept, taken = (streamclust.update(str(data), str(tmp_path / w), progress=False)
+                   for w in ("kept", "taken"))
+    lg = {w: kn.log_mixture_rows(X, m.exemplars_, np.log(m.weights_), m.kernel_)[0].mean()
+          for w, m in (("fit", m1), ("kept", kept), ("taken", taken))}
+    rec = kept.history[-1]
+    assert rec["kept_fitted"] and rec["gain"] <= 0.01 and rec["gain_se"] == 0.0
+    assert np.array_equal(kept.exemplars_, m1.exemplars_)
+    assert np.array_equal(kept.predict(X), m1.predict(X))
+    assert abs(kept.full_objective_ - lg["fit"]) < 1e-9
+    assert "kept the fitted model" in kept.stopped_
+    assert not taken.history[-1]["kept_fitted"]
+    assert abs(taken.history[-1]["gain"] - rec["gain"]) < 1e-12  # the same update
+    assert abs(rec["gain"] - (lg["taken"] - lg["fit"])) < 1e-9  # brute force over every row
+
+
 def test_infex_update_stops_at_update_epsilon_within_its_bound(tmp_path):
     """An update certifies at ``update_epsilon``: its largest reduced cost is at most that, and
     its master objective (the mean log-likelihood of the same master rows) is within that of the
-    same update run to the fit's epsilon (1e-6): the dual bound the certificate states."""
+    same update run to the fit's epsilon (1e-6): the dual bound the certificate states (the
+    updates' own mixtures: update_gain 0)."""
     data, X, y = _mixture_files(tmp_path, 5, 6, 5, 3000, 2500, 6, 1.0)
     for w, eps in (("loose", 1e-2), ("tight", 1e-6)):
         streamclust.fit(str(data), "infex", features="x", work_dir=str(tmp_path / w),
-                        update_epsilon=eps, progress=False)
+                        update_epsilon=eps, update_gain=0.0, progress=False)
     _write(str(data / "b.parquet"), X[2500:], y[2500:])
     loose, tight = (streamclust.update(str(data), str(tmp_path / w), progress=False)
                     for w in ("loose", "tight"))

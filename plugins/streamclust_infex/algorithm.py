@@ -85,6 +85,9 @@ class INFEX(Updates, Algorithm):
         "update_epsilon": Param(1e-2, float, "epsilon of an update: it stops when no reduced cost "
                                 "exceeds this (its mean log-likelihood then within this of the "
                                 "best over all mixtures)", POSITIVE),
+        "update_gain": Param(0.01, float, "an update keeps the fitted model unless its mean "
+                             "log-likelihood over all rows is higher by more than this (nats a "
+                             "row; 0: always take the update's)", NON_NEGATIVE),
         "gap": Param(1e-8, float, "duality gap the master is solved to", POSITIVE),
         "coreset_size": Param(0, int, "rows of the weighted coreset the master runs on (0: every "
                               "row up to max_master_rows, a coreset of that many rows above)",
@@ -274,8 +277,20 @@ class INFEX(Updates, Algorithm):
         extras = {"gap": sol.gap, "added": int(len(added)), "exemplars": int(keep.sum()),
                   "max_reduced_cost": best, "master_iterations": sol.iterations,
                   "shift_steps": self.shift_steps_, "bandwidth": self.kernel_.h}
+        if self._solved and self._gated():  # an update's last round: keep the fit or not
+            extras.update(self._gate(ctx, self._mixture()))
         return EpochReport(objective=sol.objective, rows=len(self._X), converged=self._certified,
                            extras=extras, stop=self._full_reason() if self._full else "")
+
+    def _gated(self) -> bool:
+        """An update of a log-likelihood model that has not yet compared itself with the fit."""
+        return (getattr(self, "_first_new", None) is not None and self.hyper["objective"] == "loglik"
+                and getattr(self, "_scored", None) is None)
+
+    def _mixture(self):
+        """``(exemplars, log weights, kernel)`` of the columns with weight."""
+        used = self._q > 1e-9  # the model keeps the exemplars with weight > 0 (LP noise: < 1e-10)
+        return self._Z[used], np.log(self._q[used] / self._q[used].sum()), self.kernel_
 
     def _full_reason(self) -> str:
         return (f"memory_limit: INFEX's master holds {len(self._Z)} columns of {len(self._X)} "
@@ -293,7 +308,7 @@ class INFEX(Updates, Algorithm):
         if getattr(self, "_ids", None) is not None:  # the coreset's rows: an update grows them
             st.update(master_ids=self._ids, master_w=self._w)
         if getattr(self, "_first_new", None) is not None:
-            st["first_new"] = int(self._first_new)
+            st.update(first_new=int(self._first_new), base_Z=self._base[0], base_q=self._base[1])
         return st
 
     def restore(self, ctx, state: dict) -> None:
@@ -304,6 +319,8 @@ class INFEX(Updates, Algorithm):
             self._X, self._w = self._master_rows(ctx)  # the coreset is a function of the seed
         if "first_new" in state:
             self._first_new = int(state["first_new"])
+            self._base = (np.asarray(state["base_Z"], np.float64),
+                          np.asarray(state["base_q"], np.float64))
         self._restore_columns(state)
 
     def _restore_columns(self, state: dict) -> None:
@@ -319,24 +336,33 @@ class INFEX(Updates, Algorithm):
             sol, _ = self._solve(ctx)
             keep = sol.q > 1e-12 * sol.q.max()
             self._Z, self._q, self._sol = self._Z[keep], sol.q[keep] / sol.q[keep].sum(), sol
-        used = self._q > 1e-9  # the model keeps the exemplars with weight > 0 (LP noise: < 1e-10)
-        self.exemplars_ = np.ascontiguousarray(self._Z[used], dtype=np.float64)
-        self.weights_ = self._q[used] / self._q[used].sum()
+        if self._gated():  # max_epochs ended the update before its certificate
+            self._gate(ctx, self._mixture())
+        kept = bool(getattr(self, "kept_fitted_", False))
+        Z, logq, _ = params = self._mixture()
+        self.exemplars_ = np.ascontiguousarray(Z, dtype=np.float64)
+        self.weights_ = np.exp(logq)
         self.n_clusters = len(self.weights_)
         self.objective_ = float(self._sol.objective)
+        if kept:  # the fitted mixture's value on the update's master rows
+            lg = np.concatenate([kn.log_mixture_rows(self._X[a:a + 8192], *params)[0]
+                                 for a in range(0, len(self._X), 8192)])
+            self.objective_ = float(self._w @ lg / self._w.sum())
         self.gap_ = float(self._sol.gap)
         self.certified_ = bool(self._certified)
         self.max_reduced_cost_ = float(self._delta)
-        params = (self.exemplars_, np.log(self.weights_), self.kernel_)
         self.full_objective_se_ = 0.0
-        estimate = self._update_score(ctx, params) if self.hyper["objective"] == "loglik" else None
-        if estimate is not None:  # an update: its new rows, and a sample of the old ones
-            self.full_objective_, self.full_objective_se_ = estimate
+        if getattr(self, "_scored", None) is not None:  # an update: its new rows, a sample of old
+            self.full_objective_, self.full_objective_se_ = self._scored
         else:
             s = ctx.aggregate(kn.score_step, params, merge=kn.merge_score)
             self.full_objective_ = float(s[0] / s[2]) if self.hyper["objective"] == "loglik" \
                 else float(s[1])
         eps = "update_epsilon" if getattr(self, "_first_new", None) is not None else "epsilon"
+        if kept:
+            self.stopped_ = (f"kept the fitted model: the update gained {self.update_gain_:.3g} "
+                             f"nats a row ≤ update_gain")
+            return
         self.stopped_ = (f"certificate: largest reduced cost ≤ {eps}" if self._certified else
                          f"{self._full_reason()}, with a reduced cost of {self._delta:.3e} > "
                          f"{eps} (raise memory_limit or lower coreset_size)" if self._full else

@@ -16,6 +16,11 @@ master rows: the fitted columns already answer the old rows, and a climb (a mean
 every master row) is what a round costs (1M digits, 22 000 master rows: 6.5 s a round from
 2 000 starts).  Data the fit did not have (a new class) holds rows
 of large dual weight, and pricing places an exemplar there: k grows.
+
+At its end the update sets its mixture beside the fitted one on the same rows (every new row and
+a sample of the old: the mean log-likelihood over all rows, a paired estimate) and keeps the
+fitted model whole unless it gains more than ``update_gain`` nats a row: rows like the old ones
+then leave every label as it was, as ISM's update does with its partition.
 """
 from __future__ import annotations
 
@@ -55,7 +60,10 @@ class Updates:
                 self._ids, self._X, self._w = self._ids[order], self._X[order], self._w[order]
                 first_new = int(np.searchsorted(self._ids, ctx.old_rows))
         self._restore_columns(state)
+        used = self._q > 1e-9  # the fitted model's exemplars (as its finish kept them)
+        self._base = (self._Z[used].copy(), self._q[used] / self._q[used].sum())
         self._objs, self._certified, self._solved, self._full = [], False, False, False
+        self._scored, self.kept_fitted_ = None, False
         self._first_new = first_new  # master rows from here on are new
         if first_new < len(self._X):  # the new rows' modes join the columns before the master
             log_eta = np.full(len(self._X), -np.inf)
@@ -71,21 +79,49 @@ class Updates:
             return self.hyper["update_epsilon"]
         return self.hyper["epsilon"]
 
-    def _update_score(self, ctx, params):
-        """``(mean log-likelihood over all rows, its standard error)`` at an update's end, at
-        the cost of its new rows: exact over the new rows (a pass over them), estimated over the
-        old ones from a uniform sample of ``SCORE_OLD_ROWS`` (their mean, times their number).
-        None in a fit, or when there are no more old rows than that (then every row is scored:
-        a fit's full pass, which at 1M digits and 1 300 exemplars took 18 s of a 50 s update)."""
-        n_old, n = getattr(ctx, "old_rows", 0), ctx.n_rows
-        if getattr(self, "_first_new", None) is None or n_old <= SCORE_OLD_ROWS:
-            return None
+    def _scores(self, ctx, params):
+        """``(Σ log γ over the new rows, log γ of the old rows' sample)`` for the mixture
+        ``params``: a pass over the new rows, and a uniform sample of ``SCORE_OLD_ROWS`` old rows
+        (every old row when there are no more; the same rows for every mixture of the update)."""
+        n_old, n = ctx.old_rows, ctx.n_rows
         s = ctx.aggregate(kn.score_step, params, data=ctx.rows_view(n_old), merge=kn.merge_score)
-        ids = np.sort(ctx.rng(0x5C0E, n).choice(n_old, SCORE_OLD_ROWS, replace=False))
+        ids = (np.arange(n_old) if n_old <= SCORE_OLD_ROWS else
+               np.sort(ctx.rng(0x5C0E, n).choice(n_old, SCORE_OLD_ROWS, replace=False)))
         lg = np.concatenate([kn.log_mixture_rows(ctx.take(ids[a:a + 8192]), *params)[0]
-                             for a in range(0, len(ids), 8192)])
-        mean = (float(s[0]) + n_old * float(lg.mean())) / n
-        return mean, float(n_old * lg.std(ddof=1) / np.sqrt(len(lg)) / n)
+                             for a in range(0, len(ids), 8192)] or [np.zeros(0)])
+        return float(s[0]), lg
+
+    def _estimate(self, ctx, new_sum, old_lg):
+        """``(mean over all rows, standard error)`` from :meth:`_scores` (or their differences
+        between two mixtures: a paired estimate, the same rows scored by both)."""
+        n_old, n = ctx.old_rows, ctx.n_rows
+        if not len(old_lg):
+            return new_sum / n, 0.0
+        mean = (new_sum + n_old * float(old_lg.mean())) / n
+        if len(old_lg) == n_old or len(old_lg) < 2:
+            return mean, 0.0
+        return mean, float(n_old * old_lg.std(ddof=1) / np.sqrt(len(old_lg)) / n)
+
+    def _gate(self, ctx, params) -> dict:
+        """An update's end: the mean log-likelihood over all rows of the updated mixture
+        ``params`` against the fitted one's, on the same rows (the new ones and a sample of the
+        old: a paired estimate); the fitted model is kept whole unless the update gains more
+        than ``update_gain`` nats a row.  An update of rows like the old ones adds exemplars
+        among the new master rows and moves the old rows nearest them, for a gain within the
+        certificate's tolerance (1M digits + 100 000 at the defaults: ...); rows the fitted
+        exemplars do not reach (a new class) gain far more."""
+        Z, q = self._base
+        base = (Z, np.log(q), self.kernel_)
+        new_sum, new_lg = self._scores(ctx, params)
+        old_sum, old_lg = self._scores(ctx, base)
+        gain, gain_se = self._estimate(ctx, new_sum - old_sum, new_lg - old_lg)
+        keep = self.hyper["update_gain"] > 0 and gain <= self.hyper["update_gain"]
+        self._scored = self._estimate(ctx, old_sum, old_lg) if keep else \
+            self._estimate(ctx, new_sum, new_lg)
+        self.update_gain_, self.update_gain_se_, self.kept_fitted_ = gain, gain_se, bool(keep)
+        if keep:
+            self._Z, self._q = Z.copy(), q.copy()
+        return {"gain": float(gain), "gain_se": float(gain_se), "kept_fitted": bool(keep)}
 
     def _start_rows(self, ctx, n: int) -> np.ndarray:
         """Where pricing climbs from: ``starts`` master rows; in an update as many as the new
@@ -104,3 +140,4 @@ class Updates:
             return np.sort(rng.choice(new, starts, replace=False))
         old = rng.choice(first, starts - len(new), replace=False)
         return np.sort(np.concatenate([old, new]))
+
