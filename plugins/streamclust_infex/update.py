@@ -106,10 +106,9 @@ class Updates:
         """An update's end: the mean log-likelihood over all rows of the updated mixture
         ``params`` against the fitted one's, on the same rows (the new ones and a sample of the
         old: a paired estimate); the fitted model is kept whole unless the update gains more
-        than ``update_gain`` nats a row.  An update of rows like the old ones adds exemplars
-        among the new master rows and moves the old rows nearest them, for a gain within the
-        certificate's tolerance (1M digits + 100 000 at the defaults: ...); rows the fitted
-        exemplars do not reach (a new class) gain far more."""
+        than ``update_gain`` nats a row.  1M digits + 100 000 (2026-12-02): at h = 500 the gain
+        was −7.6e-7 (kept: every old row keeps its label; taken, ARI 0.907); at Scott's h 0.211,
+        the update's new exemplars repairing a poor coreset draw; with a new class 1.127."""
         Z, q = self._base
         base = (Z, np.log(q), self.kernel_)
         new_sum, new_lg = self._scores(ctx, params)
@@ -140,4 +139,3 @@ class Updates:
             return np.sort(rng.choice(new, starts, replace=False))
         old = rng.choice(first, starts - len(new), replace=False)
         return np.sort(np.concatenate([old, new]))
-
