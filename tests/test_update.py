@@ -67,6 +67,33 @@ def test_match_ids_by_hand():
     assert ids.tolist() == [0, 1] and ev["split"] == [{"from": 0, "into": [0, 1]}]
 
 
+def test_a_kept_fit_keeps_every_id_also_of_a_cluster_no_sampled_row_falls_in():
+    """Fitted ids 4, 7, 9; the sampled old rows fall in the first two clusters only.  Matched by
+    rows, the third gets a new id (10) though the model is the same; an algorithm that kept
+    its fitted model whole (``kept_fitted_``) keeps all three."""
+    from types import SimpleNamespace
+    from streamclust.run.update import _stable_ids
+    internal = np.repeat([0, 1], 10)
+
+    class Fake:  # the parts of a Model that _stable_ids touches
+        def __init__(self, kept):
+            self.algorithm_ = SimpleNamespace(
+                predict=lambda X: SimpleNamespace(labels=internal[np.asarray(X)]), kept_fitted_=kept)
+            self.n_clusters, self.history, self.cluster_ids = 3, [{}], None
+            self.info = {"update": {"rows_added": 5}}
+
+        def public_labels(self, labels):
+            return np.asarray(self.cluster_ids)[labels]
+    base = {"match_ids": np.arange(20), "match_labels": np.array([4, 7])[internal],
+            "cluster_ids": [4, 7, 9], "next_id": 10}
+    cache = SimpleNamespace(take=lambda ids: ids)
+    for kept, want, appeared in ((False, [4, 7, 10], [10]), (True, [4, 7, 9], [])):
+        m = Fake(kept)
+        _stable_ids(m, base, cache)
+        assert list(m.cluster_ids) == want and m.info["update"]["ids"]["appeared"] == appeared
+        assert m.info["update"]["labels_kept"] == 1.0
+
+
 def test_update_equals_a_refit_and_keeps_ids(tmp_path):
     """Two files fitted, a third of the same blobs added: the update's NMI equals a refit's,
     its squared error within 1 %, and every old row keeps its cluster id."""

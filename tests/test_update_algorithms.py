@@ -154,6 +154,7 @@ def test_infex_update_keeps_the_fit_unless_it_gains_update_gain(tmp_path):
     assert np.array_equal(kept.predict(X), m1.predict(X))
     assert abs(kept.full_objective_ - lg["fit"]) < 1e-9
     assert "kept the fitted model" in kept.stopped_
+    assert list(kept.cluster_ids) == list(m1.cluster_ids) and kept.kept_fitted_
     assert not taken.history[-1]["kept_fitted"]
     assert abs(taken.history[-1]["gain"] - rec["gain"]) < 1e-12  # the same update
     assert abs(rec["gain"] - (lg["taken"] - lg["fit"])) < 1e-9  # brute force over every row

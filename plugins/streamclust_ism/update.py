@@ -122,6 +122,7 @@ class Updates:
         keep = self.hyper["update_gain"] > 0 and gain <= self.hyper["update_gain"]
         if keep:
             self._become_fitted(ctx, self._base)
+        self.kept_fitted_ = bool(keep)  # (the engine then keeps every cluster's id)
         return {"gain": float(gain), "kept_fitted": bool(keep)}
 
     def update(self, ctx, state: dict) -> None:

@@ -253,8 +253,16 @@ def _stable_ids(model, base, cache):
     rows and their new ids."""
     ids = base["match_ids"]
     new = model.algorithm_.predict(cache.take(ids)).labels
-    cluster_ids, next_id, events = match_ids(base["match_labels"], new, model.n_clusters,
-                                             base["next_id"])
+    fitted = np.asarray(base.get("cluster_ids", []), np.int64)
+    if getattr(model.algorithm_, "kept_fitted_", False) and len(fitted) == model.n_clusters:
+        # the algorithm kept its fitted model whole: every cluster keeps its id, also one that
+        # no sampled row falls in (matching by rows would give it a new one)
+        cluster_ids, next_id = fitted, int(base["next_id"])
+        events = {"kept": sorted(int(i) for i in fitted), "appeared": [], "vanished": [],
+                  "merged": [], "split": []}
+    else:
+        cluster_ids, next_id, events = match_ids(base["match_labels"], new, model.n_clusters,
+                                                 base["next_id"])
     model.cluster_ids = cluster_ids
     same = np.asarray(base["match_labels"]) == model.public_labels(new)
     model.info["update"].update(next_id=next_id, ids=events,
