@@ -179,14 +179,14 @@ def _update(data, work_dir, sets, max_epochs, quiet, scheduler, workers, resume,
     if given.pop("skip_invalid", False):
         raise click.UsageError("--update keeps the fit's handling of invalid rows; do not give "
                                "--skip-invalid")
-    check_model_out(out, overwrite)  # before the first pass
     if quiet:
         quiet_logging()
     executor = dask_executor(scheduler, workers)
     try:
         model = _run_update(data, work_dir, max_epochs=max_epochs,
                             progress=False if quiet else None, executor=executor, resume=resume,
-                            memory_limit=memory_limit, expect=dict(given, params=parse_set(sets)))
+                            memory_limit=memory_limit, expect=dict(given, params=parse_set(sets)),
+                            before_pass=lambda: check_model_out(out, overwrite))
     finally:
         if executor is not None:
             executor.close()

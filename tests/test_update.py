@@ -160,6 +160,10 @@ def test_cli_nothing_new_changed_file_and_no_fit(tmp_path):
     r = _cli("fit", data, "--work-dir", work, "-o", str(tmp_path / "m2"), "--update")
     assert r.returncode == 0 and (r.stdout + r.stderr).count("already up to date") == 1, r
     assert not (tmp_path / "m2").exists()
+    # nothing new, --out the existing model (a cron line without --overwrite): up to date, exit 0
+    r = _cli("fit", data, "--work-dir", work, "-o", out, "--update", "-q")
+    assert r.returncode == 0 and "already up to date" in r.stdout, r.stderr
+    assert open(os.path.join(out, "model.json")).read() == before
     # an old file changed: one line naming it, nothing written
     _grow(tmp_path, files, 3)
     first = os.path.join(data, "part-00.parquet")
@@ -179,6 +183,24 @@ def test_cli_nothing_new_changed_file_and_no_fit(tmp_path):
     (tmp_path / "w3").mkdir()
     r = _cli("fit", data, "--work-dir", str(tmp_path / "w3"), "-o", str(tmp_path / "m2"), "--update")
     assert r.returncode == 1 and "no fitted model to update" in r.stderr
+
+
+def test_cli_an_existing_out_is_checked_once_there_is_something_to_write(tmp_path):
+    files = _files(tmp_path / "src", 3, n=2000)
+    data = _grow(tmp_path, files, 2)
+    work, out = str(tmp_path / "work"), str(tmp_path / "m")
+    assert _cli("fit", data, "-k", "6", "-x", "label", "--work-dir", work, "-o", out,
+                "-q").returncode == 0
+    before = open(os.path.join(out, "model.json")).read()
+    _grow(tmp_path, files, 3)
+    state = sorted(os.listdir(work)), os.path.getsize(os.path.join(work, "fitted", "base.json"))
+    r = _cli("fit", data, "--work-dir", work, "-o", out, "--update", "-q")
+    assert r.returncode == 1 and f"{out}: exists; not overwritten" in r.stderr, r.stderr
+    assert (sorted(os.listdir(work)), os.path.getsize(os.path.join(work, "fitted", "base.json"))) \
+        == state and open(os.path.join(out, "model.json")).read() == before
+    r = _cli("fit", data, "--work-dir", work, "-o", out, "--update", "--overwrite", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["rows_added"] == 2000, r.stderr
+    assert streamclust.load_model(out).info["rows"] == 6000
 
 
 def test_a_new_file_sorting_before_the_fitted_ones_is_named(tmp_path):

@@ -138,7 +138,8 @@ def check_settings(ident: dict, given: dict) -> None:
 
 def update(data, work_dir: str, *, max_epochs: int = 100, progress: bool | None = None,
            executor=None, client=None, resume: bool = False, blas_threads: int | None = 1,
-           memory_limit=None, knn_options: dict | None = None, host=None, expect=None):
+           memory_limit=None, knn_options: dict | None = None, host=None, expect=None,
+           before_pass=None):
     """Update the model fitted in ``work_dir`` with the files appended to ``data`` since (see
     the module docstring); returns the updated :class:`~streamclust.Model`, or None when
     ``data`` holds no new file ("already up to date": nothing is written).
@@ -146,7 +147,9 @@ def update(data, work_dir: str, *, max_epochs: int = 100, progress: bool | None 
     The algorithm, its parameters, the features, the scaling, the metric and the batch size are the
     fitted run's.  ``max_epochs``: epochs of the update at most.  ``resume=True`` continues an
     update killed in ``work_dir`` (from its last epoch's checkpoint), else it starts again from
-    the fitted model.  Other arguments as for :func:`streamclust.fit`."""
+    the fitted model.  ``before_pass``: called once new files are found, before the first pass
+    (the CLI checks its output path there, so nothing new is never an error about it).  Other
+    arguments as for :func:`streamclust.fit`."""
     from ..base.threads import limit_blas
     from ..base.workdir import WorkDirLock
     from ..data.features import FeatureSpec
@@ -178,6 +181,8 @@ def update(data, work_dir: str, *, max_epochs: int = 100, progress: bool | None 
         log.debug("%s: already up to date (no file beyond the %d fitted)", d.source.name,
                   len(_entries(ident["data"])))
         return None
+    if before_pass is not None:
+        before_pass()
     executor = engine._executor(executor, client)
     batch_size = int(ident["batch_size"])
     knn_options, plan = engine._budget(memory_limit, algo, req, d.n_features,
