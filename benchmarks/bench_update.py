@@ -4,7 +4,7 @@ run (issue 46).
 
     python benchmarks/bench_update.py [--algorithms dgmm,slk,ncutemb,infex,ism]
         [--rows 1000000] [--new 0.1] [--steps 1] [--drift 9] [--data-dir DIR] [--refits last]
-        [--side 28] [--set infex.bandwidth=300]
+        [--side 28] [--set infex.bandwidth=300] [--seed 0]
 
 The rows are ``make_digits.py``'s deformed digits (50 wide, or ``--side 28``: 784 wide images;
 ``label`` the digit; generated
@@ -156,13 +156,13 @@ def fit(data, algo, work, seed=0):
                            **params)
 
 
-def bench(algo, base, added, drift, refits, tmp):
+def bench(algo, base, added, drift, refits, tmp, seed=0):
     grow, work = os.path.join(tmp, f"{algo}-data"), os.path.join(tmp, f"{algo}-work")
     os.makedirs(grow)
     for f in base:
         os.symlink(f, os.path.join(grow, os.path.basename(f)))
     t = time.perf_counter()
-    model = fit(grow, algo, work)
+    model = fit(grow, algo, work, seed)
     t_fit = time.perf_counter() - t
     X, y = read_rows(base)
     labels = labels_of(model, X)
@@ -191,7 +191,7 @@ def bench(algo, base, added, drift, refits, tmp):
         if refits == "all" or step == len(added):
             rwork = os.path.join(tmp, f"{algo}-refit-{step}")
             t = time.perf_counter()
-            refit = fit(grow, algo, rwork)
+            refit = fit(grow, algo, rwork, seed)
             t_re = time.perf_counter() - t
             shutil.rmtree(rwork, ignore_errors=True)
             re_labels = labels_of(refit, X)
@@ -219,6 +219,7 @@ def main():
     ap.add_argument("--drift", type=int, default=None, metavar="DIGIT")
     ap.add_argument("--refits", choices=("last", "all"), default="last")
     ap.add_argument("--side", type=int, default=None, help="784-wide rows: make_digits --side")
+    ap.add_argument("--seed", type=int, default=0, help="the fit's and the refits' seed")
     ap.add_argument("--data-dir", default=os.path.join(tempfile.gettempdir(), "streamclust-bench"))
     ap.add_argument("--set", action="append", default=[], metavar="ALGO.PARAM=VALUE",
                     help="a fit parameter instead of the one above, e.g. infex.bandwidth=300")
@@ -231,7 +232,7 @@ def main():
     rows = []
     with tempfile.TemporaryDirectory(dir=a.data_dir) as tmp:
         for algo in a.algorithms.split(","):
-            rows += bench(algo, base, added, a.drift, a.refits, tmp)
+            rows += bench(algo, base, added, a.drift, a.refits, tmp, a.seed)
     keys = list(dict.fromkeys(k for r in rows for k in r))
     print()
     table([[("—" if r.get(k) is None else f"{r[k]:.6g}" if isinstance(r.get(k), float)
