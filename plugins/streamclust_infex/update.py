@@ -79,17 +79,23 @@ class Updates:
             return self.hyper["update_epsilon"]
         return self.hyper["epsilon"]
 
-    def _scores(self, ctx, params):
-        """``(Σ log γ over the new rows, log γ of the old rows' sample)`` for the mixture
-        ``params``: a pass over the new rows, and a uniform sample of ``SCORE_OLD_ROWS`` old rows
-        (every old row when there are no more; the same rows for every mixture of the update)."""
+    def _scores(self, ctx, params, base):
+        """``(Σ log γ over the new rows, log γ of the old rows' sample)`` of the mixtures
+        ``params`` and ``base`` (two of each, in that order): a pass over the new rows, and a
+        uniform sample of ``SCORE_OLD_ROWS`` old rows (every old row when there are no more).
+        Both are scored over the union of their exemplars (the update keeps most of the fit's),
+        so a row meets each exemplar once: 1M digits at Scott's h, 1 139 and 1 310 exemplars
+        in 1 337."""
+        Z, logQ = _union(params, base)
+        kern = params[2]
         n_old, n = ctx.old_rows, ctx.n_rows
-        s = ctx.aggregate(kn.score_step, params, data=ctx.rows_view(n_old), merge=kn.merge_score)
+        s = ctx.aggregate(kn.mixtures_step, (Z, logQ, kern), data=ctx.rows_view(n_old),
+                          merge=np.add)
         ids = (np.arange(n_old) if n_old <= SCORE_OLD_ROWS else
                np.sort(ctx.rng(0x5C0E, n).choice(n_old, SCORE_OLD_ROWS, replace=False)))
-        lg = np.concatenate([kn.log_mixture_rows(ctx.take(ids[a:a + 8192]), *params)[0]
-                             for a in range(0, len(ids), 8192)] or [np.zeros(0)])
-        return float(s[0]), lg
+        lg = np.concatenate([kn.log_mixtures_rows(ctx.take(ids[a:a + 8192]), Z, logQ, kern)
+                             for a in range(0, len(ids), 8192)] or [np.zeros((2, 0))], axis=1)
+        return (float(s[0]), lg[0]), (float(s[1]), lg[1])
 
     def _estimate(self, ctx, new_sum, old_lg):
         """``(mean over all rows, standard error)`` from :meth:`_scores` (or their differences
@@ -111,8 +117,7 @@ class Updates:
         the update's new exemplars repairing a poor coreset draw; with a new class 1.127."""
         Z, q = self._base
         base = (Z, np.log(q), self.kernel_)
-        new_sum, new_lg = self._scores(ctx, params)
-        old_sum, old_lg = self._scores(ctx, base)
+        (new_sum, new_lg), (old_sum, old_lg) = self._scores(ctx, params, base)
         gain, gain_se = self._estimate(ctx, new_sum - old_sum, new_lg - old_lg)
         keep = self.hyper["update_gain"] > 0 and gain <= self.hyper["update_gain"]
         self._scored = self._estimate(ctx, old_sum, old_lg) if keep else \
@@ -139,3 +144,19 @@ class Updates:
             return np.sort(rng.choice(new, starts, replace=False))
         old = rng.choice(first, starts - len(new), replace=False)
         return np.sort(np.concatenate([old, new]))
+
+
+def _union(a, b):
+    """``(Z, logQ)``: the exemplars of the mixtures ``a`` and ``b`` (``(Z, logq, …)`` each) once
+    each (equal rows are one), and their log weights over them (row 0: ``a``'s, row 1: ``b``'s;
+    −∞ where a mixture lacks the exemplar)."""
+    Za, Zb = np.asarray(a[0], np.float64), np.asarray(b[0], np.float64)
+    where = {Za[j].tobytes(): j for j in range(len(Za))}
+    at = np.array([where.get(z.tobytes(), -1) for z in Zb], np.int64)
+    only_b = np.flatnonzero(at < 0)
+    at[only_b] = len(Za) + np.arange(len(only_b))
+    Z = np.vstack([Za, Zb[only_b]])
+    logQ = np.full((2, len(Z)), -np.inf)
+    logQ[0, :len(Za)] = a[1]
+    logQ[1, at] = b[1]
+    return Z, logQ

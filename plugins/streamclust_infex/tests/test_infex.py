@@ -259,6 +259,36 @@ def test_log_responses_and_the_full_objective_in_blocks_against_brute_force(kind
     assert abs(low - np.exp(lg.min())) <= 1e-9 * max(np.exp(lg.min()), 1e-300)
 
 
+@pytest.mark.parametrize("kind", ["gaussian", "epanechnikov", "uniform"])
+def test_two_mixtures_scored_over_their_union_against_brute_force(kind):
+    """An update's gate scores the fitted and the updated mixture over the union of their
+    exemplars (shared ones once): each row's log-likelihood under each is that of the pairs
+    computed one by one, also for rows no exemplar of one mixture reaches."""
+    from streamclust_infex.update import _union
+    rng = np.random.default_rng(4)
+    n = kn.REDUCE_ROWS * 2 + 11
+    X = (rng.normal(size=(n, 6)) * 3 + 50).astype(np.float32)
+    pool = X[rng.choice(n, 60, replace=False)].astype(np.float64) + rng.normal(size=(60, 6)) * 0.1
+    Za, Zb = pool[:40], np.vstack([pool[25:60], pool[[3, 7]]])  # 17 shared
+    qa, qb = rng.dirichlet(np.ones(len(Za))), rng.dirichlet(np.ones(len(Zb)))
+    kern = kn.Kernel(kn.KINDS[kind], 2.5)
+    Z, logQ = _union((Za, np.log(qa)), (Zb, np.log(qb)))
+    assert len(Z) == 60 and np.isinf(logQ).sum() == (60 - 40) + (60 - 37)
+    lg = kn.log_mixtures_rows(X, Z, logQ, kern)
+    for row, (Zm, q) in enumerate(((Za, qa), (Zb, qb))):
+        u = ((X.astype(np.float64)[:, None, :] - Zm[None]) ** 2).sum(-1) / 2.5 ** 2
+        k = {"gaussian": np.exp(-0.5 * u), "epanechnikov": np.maximum(1 - u, 0),
+             "uniform": (u <= 1).astype(float)}[kind]
+        with np.errstate(divide="ignore"):
+            ref = np.log(k @ q)
+        reach = np.isfinite(ref)
+        assert (np.isinf(lg[row]) == ~reach).all() and (kind == "gaussian") == reach.all()
+        np.testing.assert_allclose(np.exp(lg[row][reach]), np.exp(ref[reach]), rtol=1e-9,
+                                   atol=1e-12)
+        batch = type("B", (), {"X": X})()
+        assert kn.mixtures_step(batch, None, (Z, logQ, kern))[row] == lg[row].sum()
+
+
 def test_number_of_clusters_is_an_outcome():
     X, _ = make_blobs(n=300, k=3, d=2, seed=5)
     with warnings.catch_warnings():
