@@ -70,6 +70,10 @@ def log_responses(X, Z, kern, out):
             o[:] = np.where(u <= 1.0, 0.0, -np.inf)
 
 
+#: a term this far below its row's largest adds less than e^-40 (4e-18) of it: not summed
+NEGLIGIBLE = -40.0
+
+
 @nb.njit(cache=True, parallel=True)
 def _reduce_block(G, x_sq, z_sq, logq, kern, lg, best):
     """Per row of the block: ``lg`` = log Σ_j q_j k_{z_j}(x) and ``best`` = argmax_j of the
@@ -89,7 +93,8 @@ def _reduce_block(G, x_sq, z_sq, logq, kern, lg, best):
         acc = 0.0
         for j in range(G.shape[1]):
             t = logq[j] + log_kernel(max(x_sq[i] + z_sq[j] - 2.0 * G[i, j], 0.0) * inv, kern.kind)
-            acc += np.exp(t - top)
+            if t - top > NEGLIGIBLE:  # (< R · 4e-18 of the sum left out)
+                acc += np.exp(t - top)
         lg[i] = top + np.log(acc)
 
 
@@ -111,10 +116,6 @@ def log_mixture_rows(X, Z, logq, kern):
         _reduce_block(Xb @ Z.T, (Xb * Xb).sum(axis=1), z_sq, logq, kern, lg[s:s + len(Xb)],
                       best[s:s + len(Xb)])
     return lg, best
-
-
-#: a term this far below its row's largest adds less than e^-40 (4e-18) of it: not summed
-NEGLIGIBLE = -40.0
 
 
 @nb.njit(cache=True, parallel=True)
