@@ -4,7 +4,9 @@ thread each), against today's shared-work-directory mode in the same run.
 
 * **cache**: each worker reading its share from S3 into its own ``local_directory``
   (``ShardedCache.build``), with 1 worker and with 2 (``speedup``: 1 worker's seconds / 2
-  workers'); the shared mode's cache is built by the client alone, from the same S3 data.
+  workers'; beside it the CPU seconds of the S3 server and of each worker during the build,
+  which on a machine of 2 cores share them); the shared mode's cache is built by the client
+  alone, from the same S3 data.
 * **fit**: D-GMM (``--epochs``) and SLK (``--slk-epochs``, k = 10, its defaults) on the 2
   workers in each mode (``local-by-value``: shared-nothing with ``hold_arrays=False``, every
   pass sending its row state and large parameters to the workers, as before they held them):
@@ -128,9 +130,12 @@ def build_seconds(cluster, uri, batch_size):
     from streamclust.run.shards import ShardedCache
     cluster.clear_shares()
     d = open_data(uri, features="x")
+    workers = [p.pid for p in cluster.procs[2:]]  # (after the S3 server and the scheduler)
+    before = [cpu_seconds(pid) for pid in workers]
     s3, t = cpu_seconds(cluster.procs[0].pid), time.perf_counter()
     ShardedCache.build(d, DaskExecutor(cluster.client), batch_size, "", "float32")
-    return time.perf_counter() - t, cpu_seconds(cluster.procs[0].pid) - s3
+    wall, server = time.perf_counter() - t, cpu_seconds(cluster.procs[0].pid) - s3
+    return wall, server, [cpu_seconds(pid) - b for pid, b in zip(workers, before)]
 
 
 def fit(cluster, uri, mode, work, k, epochs, batch_size, algorithm="dgmm"):
@@ -221,12 +226,13 @@ def main():
         print(f"{d.n_rows} rows × {d.n_features} on S3 ({size / 1e9:.2f} GB of Parquet, "
               f"{data_bytes / 1e9:.2f} GB as float32)")
         cluster.add_worker()
-        one, cpu1 = build_seconds(cluster, uri, a.batch_size)
+        one, cpu1, w1 = build_seconds(cluster, uri, a.batch_size)
         cluster.add_worker()
-        two, cpu2 = build_seconds(cluster, uri, a.batch_size)
+        two, cpu2, w2 = build_seconds(cluster, uri, a.batch_size)
         print(f"cache on the workers from S3: 1 worker {one:.1f} s, 2 workers {two:.1f} s, "
               f"speedup {one / two:.2f}× (the S3 server's own CPU: {cpu1:.1f} s, {cpu2:.1f} s; "
-              f"{os.cpu_count()} cores)")
+              f"the workers' CPU: {' + '.join(f'{c:.1f}' for c in w1)} s, "
+              f"{' + '.join(f'{c:.1f}' for c in w2)} s; {os.cpu_count()} cores)")
         rows = []
         runs = [r for r in (("dgmm", a.k, a.epochs), ("slk", 10, a.slk_epochs))
                 if r[0] in a.algorithms.split(",")]
