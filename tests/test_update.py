@@ -185,6 +185,13 @@ def test_cli_nothing_new_changed_file_and_no_fit(tmp_path):
     assert r.returncode == 1 and "no fitted model to update" in r.stderr
 
 
+def _tree(root):
+    """Every file under ``root`` with its size and modification time (the lock file aside)."""
+    return {os.path.relpath(os.path.join(d, f), root): (os.path.getsize(os.path.join(d, f)),
+                                                         os.stat(os.path.join(d, f)).st_mtime_ns)
+            for d, _, names in os.walk(root) for f in names if "lock" not in f}
+
+
 def test_cli_an_existing_out_is_checked_once_there_is_something_to_write(tmp_path):
     files = _files(tmp_path / "src", 3, n=2000)
     data = _grow(tmp_path, files, 2)
@@ -193,11 +200,10 @@ def test_cli_an_existing_out_is_checked_once_there_is_something_to_write(tmp_pat
                 "-q").returncode == 0
     before = open(os.path.join(out, "model.json")).read()
     _grow(tmp_path, files, 3)
-    state = sorted(os.listdir(work)), os.path.getsize(os.path.join(work, "fitted", "base.json"))
+    state = _tree(work)
     r = _cli("fit", data, "--work-dir", work, "-o", out, "--update", "-q")
     assert r.returncode == 1 and f"{out}: exists; not overwritten" in r.stderr, r.stderr
-    assert (sorted(os.listdir(work)), os.path.getsize(os.path.join(work, "fitted", "base.json"))) \
-        == state and open(os.path.join(out, "model.json")).read() == before
+    assert _tree(work) == state and open(os.path.join(out, "model.json")).read() == before
     r = _cli("fit", data, "--work-dir", work, "-o", out, "--update", "--overwrite", "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["rows_added"] == 2000, r.stderr
     assert streamclust.load_model(out).info["rows"] == 6000

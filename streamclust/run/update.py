@@ -148,7 +148,7 @@ def update(data, work_dir: str, *, max_epochs: int = 100, progress: bool | None 
     fitted run's.  ``max_epochs``: epochs of the update at most.  ``resume=True`` continues an
     update killed in ``work_dir`` (from its last epoch's checkpoint), else it starts again from
     the fitted model.  ``before_pass``: called once new files are found, before the first pass
-    (the CLI checks its output path there, so nothing new is never an error about it).  Other
+    (the CLI checks its output path there: with nothing new, an existing one is no error).  Other
     arguments as for :func:`streamclust.fit`."""
     from ..base.threads import limit_blas
     from ..base.workdir import WorkDirLock
