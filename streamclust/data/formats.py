@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from ..errors import DataError
 from ..hookspecs import hookimpl
 from .csv_source import CSV_EXT, is_csv, open_csv_source
-from . import readahead
+from . import readahead, spans
 from .filesystems import expand_files, is_uri, local_fingerprint, resolve
 from .sources import Source
 
@@ -80,6 +80,7 @@ class ParquetSource(Source):
             self.files = list_files(fs, str(path), PARQUET_EXT, self.name)
         self._meta, self._groups = [], []  # rows of each file, of each of its row groups
         self._dict_half = {}  # leaves of float16 values dictionary-encoded (in the first file)
+        self._footers = []  # a remote file's footer, read once (spans.py reads by it)
         schemas = []
         for f in self.files:
             try:
@@ -89,6 +90,8 @@ class ParquetSource(Source):
             md = pf.metadata
             self._meta.append(md.num_rows)
             self._groups.append([md.row_group(i).num_rows for i in range(md.num_row_groups)])
+            if fs is not None:
+                self._footers.append(md)
             if len(schemas) == 0 and md.num_row_groups:
                 self._dict_half = _dictionary_halffloat(md)
             schemas.append((f, pf.schema_arrow))
@@ -111,6 +114,19 @@ class ParquetSource(Source):
     def _parquet(self, f):
         return pq.ParquetFile(f if self._fs is None else self._fs.open_input_file(f))
 
+    def _spanned(self, f, groups, columns, handle=None):
+        """Remote file ``f`` read through :class:`.spans.SpanFile` by its footer read at
+        open: the chunks of ``columns`` in ``groups`` fetched in few requests."""
+        raw = getattr(handle, "raw", None)
+        if raw is None:
+            raw = self._fs.open_input_file(f)
+            if handle is not None:
+                handle.raw = raw
+        md = self._footers[self.files.index(f)]
+        merged = spans.merge(spans.chunk_ranges(md, groups, columns))
+        return pq.ParquetFile(pa.PythonFile(spans.SpanFile(raw, raw.size(), merged), mode="r"),
+                              metadata=md, pre_buffer=False)
+
     @property
     def file_rows(self) -> list[int]:
         """The rows of each file (from the footers)."""
@@ -120,6 +136,7 @@ class ParquetSource(Source):
         rest = super().part(first, stop)
         rest._meta = self._meta[first:stop]  # the row count from the footers read already
         rest._groups = self._groups[first:stop]
+        rest._footers = self._footers[first:stop]
         rest.n_rows = int(sum(rest._meta))
         return rest
 
@@ -132,16 +149,20 @@ class ParquetSource(Source):
     def _units(self, batch_size):
         """(file, its row groups, their first row in the file): consecutive row groups of a
         file holding at least ``batch_size`` rows (fewer at the file's end), so that small row
-        groups still make batches of ``batch_size``."""
+        groups still make batches of ``batch_size``; a remote file's also at least
+        ``spans.SPAN`` bytes, each unit then fetched in one or two requests."""
         units = []
-        for f, groups in zip(self.files, self._groups):
-            row, cur, rows = 0, [], 0
+        for i, (f, groups) in enumerate(zip(self.files, self._groups)):
+            row, cur, rows, size = 0, [], 0, 0
             for g, r in enumerate(groups):
                 cur.append(g)
                 rows += r
-                if rows >= batch_size:
+                if self._footers:
+                    rg = self._footers[i].row_group(g)
+                    size += sum(rg.column(j).total_compressed_size for j in range(rg.num_columns))
+                if rows >= batch_size and (not self._footers or size >= spans.SPAN):
                     units.append((f, cur, row))
-                    row, cur, rows = row + rows, [], 0
+                    row, cur, rows, size = row + rows, [], 0, 0
             if cur:
                 units.append((f, cur, row))
         return units
@@ -160,7 +181,7 @@ class ParquetSource(Source):
         def read(unit):
             f, groups, row = unit
             if getattr(local, "path", None) != f:
-                local.path, local.pf = f, None
+                local.path, local.pf, local.raw = f, None, None
             return self._read(f, groups, row, columns, batch_size, local)
         yield from readahead.ordered(units, read)
 
@@ -168,9 +189,12 @@ class ParquetSource(Source):
         """``(f, row, batch)`` of file ``f`` (of its row groups ``groups``, whose first row is
         ``row``; None: all of them); ``handle`` keeps the open file between calls."""
         try:
-            pf = getattr(handle, "pf", None) or self._parquet(f)
-            if handle is not None:
-                handle.pf = pf
+            if self._fs is not None and groups is not None:
+                pf = self._spanned(f, groups, columns, handle)
+            else:
+                pf = getattr(handle, "pf", None) or self._parquet(f)
+                if handle is not None:
+                    handle.pf = pf
             for rb in pf.iter_batches(batch_size=batch_size, columns=list(columns),
                                       row_groups=groups):
                 yield f, row, rb
