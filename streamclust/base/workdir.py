@@ -15,16 +15,26 @@ LOCK = ".streamclust.lock"
 log = logging.getLogger(__name__)
 
 
-def _take(f, message):
-    """``flock`` the open lock file ``f`` without waiting and write this process's pid and start
-    time into it; when another process holds it, close ``f`` and raise ``message(who holds it)``."""
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        f.seek(0)
-        who = f.read().strip() or "another process"
-        f.close()
-        raise StreamclustError(message(who)) from None
+def _take(f, message, patience: float = 0.5):
+    """``flock`` the open lock file ``f`` and write this process's pid and start time into it;
+    when another process still holds it after ``patience`` seconds, close ``f`` and raise
+    ``message(who holds it)``.  The short wait is for ``clean_stale`` of another run, which holds
+    a young directory's lock for the moment it takes to read it (a run that failed at once then
+    was seen in a parallel test suite); a writer holds it for its whole run, and is refused."""
+    import time
+    end = time.monotonic() + patience
+    while True:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except OSError:
+            if time.monotonic() < end:
+                time.sleep(0.01)
+                continue
+            f.seek(0)
+            who = f.read().strip() or "another process"
+            f.close()
+            raise StreamclustError(message(who)) from None
     f.seek(0)
     f.truncate()
     f.write(f"pid {os.getpid()} start {owner_tag().split('-')[1]}")
