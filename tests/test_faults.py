@@ -112,6 +112,26 @@ def test_graph_takes_the_work_directory_lock(tmp_path):
     assert g.ids.shape == (500, 5)
 
 
+def test_a_lock_held_for_a_moment_is_waited_for(tmp_path):
+    """Another run's clean_stale holds a young work directory's lock for the moment it reads it
+    (a fit of a parallel test suite was refused so, the lock file still empty): a lock released
+    within the patience is taken; one held past it is refused, naming the lock file's holder."""
+    import fcntl
+    import threading
+    from streamclust.base.workdir import LOCK, WorkDirLock
+    work = tmp_path / "w"
+    work.mkdir()
+    other = open(work / LOCK, "a+")  # another open file: flock conflicts as another process's
+    fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    threading.Timer(0.1, fcntl.flock, (other, fcntl.LOCK_UN)).start()
+    with WorkDirLock(str(work)):
+        assert (work / LOCK).read_text().startswith(f"pid {os.getpid()} ")
+    fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with pytest.raises(StreamclustError, match="in use by another run"):
+        WorkDirLock(str(work)).__enter__()
+    other.close()
+
+
 def test_concurrent_graph_and_fit_on_one_work_directory(tmp_path):
     """`graph` and an SLK fit started together on one --work-dir (on main: FileNotFoundError on
     graph_ids.tmp.npy, SIGSEGV in the fit): each finishes or stops with the lock's message, and
