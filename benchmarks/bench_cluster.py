@@ -5,7 +5,9 @@ thread each), against today's shared-work-directory mode in the same run.
 * **cache**: each worker reading its share from S3 into its own ``local_directory``
   (``ShardedCache.build``), with 1 worker and with 2 (``speedup``: 1 worker's seconds / 2
   workers'; beside it the CPU seconds of the S3 server and of each worker during the build,
-  which on a machine of 2 cores share them); the shared mode's cache is built by the client
+  which on a machine of 2 cores share them); then the same from the Parquet files on this
+  disk read through pyarrow's filesystem API (``local://DIR``: the workers' shared-nothing path,
+  without a server taking the workers' cores); the shared mode's cache is built by the client
   alone, from the same S3 data.
 * **fit**: D-GMM (``--epochs``) and SLK (``--slk-epochs``, k = 10, its defaults) on the 2
   workers in each mode (``local-by-value``: shared-nothing with ``hold_arrays=False``, every
@@ -20,6 +22,7 @@ thread each), against today's shared-work-directory mode in the same run.
 
     python benchmarks/bench_cluster.py --data-dir DIR [--rows 8000000] [--epochs 3] [--k 20]
                                        [--slk-epochs 2] [--kill-trials 10] [--algorithms dgmm,slk]
+                                       [--pin-workers]
 """
 import argparse
 import os
@@ -69,8 +72,8 @@ def wait_port(port: int, timeout: float = 60) -> None:
 
 
 class Cluster:
-    def __init__(self, root):
-        self.root, self.procs, self.workers = root, [], []
+    def __init__(self, root, pin=False):
+        self.root, self.procs, self.workers, self.pin = root, [], [], pin
         self.env = dict(os.environ, **KEYS)
         os.environ.update(KEYS)
         self.s3_port, port = free_port(), free_port()
@@ -91,7 +94,9 @@ class Cluster:
     def add_worker(self):
         folder = os.path.join(self.root, f"w{len(self.workers)}")
         os.makedirs(folder, exist_ok=True)
-        p = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", self.address,
+        # --pin-workers: worker i on core i alone (as if each were a machine of one core)
+        pin = ["taskset", "-c", str(len(self.workers) % os.cpu_count())] if self.pin else []
+        p = subprocess.Popen(pin + [sys.executable, "-m", "distributed.cli.dask_worker", self.address,
                               "--nthreads", "1", "--no-nanny", "--no-dashboard",
                               "--local-directory", folder], env=self.env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -211,13 +216,16 @@ def main():
                          "shared-nothing fits: time against the uninterrupted fit, equal labels")
     ap.add_argument("--kill-algorithms", default="dgmm,slk")
     ap.add_argument("--algorithms", default="dgmm,slk", help="the fits timed in both modes")
+    ap.add_argument("--pin-workers", action="store_true",
+                    help="worker i runs on core i alone (taskset): one core a worker, as on a "
+                         "cluster of one-core machines; the S3 server and the client are not pinned")
     a = ap.parse_args()
     here = os.path.dirname(os.path.abspath(__file__))
     if not any(f.endswith(".parquet") for f in os.listdir(a.data_dir) if os.path.isdir(a.data_dir)):
         subprocess.run([sys.executable, os.path.join(here, "make_digits.py"), str(a.rows),
                         a.data_dir, "--file-rows", "500000"], check=True)
     root = tempfile.mkdtemp(prefix="bench-cluster-")
-    cluster = Cluster(root)
+    cluster = Cluster(root, pin=a.pin_workers)
     try:
         uri, size = cluster.upload(a.data_dir)
         from streamclust.data.sources import open_data
@@ -225,14 +233,22 @@ def main():
         data_bytes = d.n_rows * d.n_features * 4
         print(f"{d.n_rows} rows × {d.n_features} on S3 ({size / 1e9:.2f} GB of Parquet, "
               f"{data_bytes / 1e9:.2f} GB as float32)")
+        # the same files read by the workers through pyarrow's filesystem API from this disk
+        # (the shared-nothing path, spans included, without a server on the workers' cores)
+        files = "local://" + os.path.abspath(a.data_dir)
         cluster.add_worker()
         one, cpu1, w1 = build_seconds(cluster, uri, a.batch_size)
+        one_f, _, wf1 = build_seconds(cluster, files, a.batch_size)
         cluster.add_worker()
         two, cpu2, w2 = build_seconds(cluster, uri, a.batch_size)
+        two_f, _, wf2 = build_seconds(cluster, files, a.batch_size)
         print(f"cache on the workers from S3: 1 worker {one:.1f} s, 2 workers {two:.1f} s, "
               f"speedup {one / two:.2f}× (the S3 server's own CPU: {cpu1:.1f} s, {cpu2:.1f} s; "
               f"the workers' CPU: {' + '.join(f'{c:.1f}' for c in w1)} s, "
               f"{' + '.join(f'{c:.1f}' for c in w2)} s; {os.cpu_count()} cores)")
+        print(f"cache on the workers from {files} (no server): 1 worker {one_f:.1f} s, "
+              f"2 workers {two_f:.1f} s, speedup {one_f / two_f:.2f}× (the workers' CPU: "
+              f"{' + '.join(f'{c:.1f}' for c in wf1)} s, {' + '.join(f'{c:.1f}' for c in wf2)} s)")
         rows = []
         runs = [r for r in (("dgmm", a.k, a.epochs), ("slk", 10, a.slk_epochs))
                 if r[0] in a.algorithms.split(",")]
@@ -244,8 +260,9 @@ def main():
                 rows.append([algorithm, mode, m.info.get("worker_cache"), f"{s:.1f}",
                              "" if graph is None else f"{graph:.1f}", f"{epoch:.2f}",
                              f"{sent / 1e6:.1f}", f"{100 * sent / data_bytes:.2f}"])
-        table(rows, ["algorithm", "worker_cache", "ran as", "fit s", "graph s",
-                     "epoch s (median)", "scheduler MB", "% of data"])
+        if rows:
+            table(rows, ["algorithm", "worker_cache", "ran as", "fit s", "graph s",
+                         "epoch s (median)", "scheduler MB", "% of data"])
         for i, (algorithm, _, _) in enumerate(runs):
             shared, local, by_value = (float(r[5]) for r in rows[3 * i:3 * i + 3])
             print(f"{algorithm}: epoch ratio local / shared: {local / shared:.2f} (row state "
