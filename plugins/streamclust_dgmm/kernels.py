@@ -21,6 +21,22 @@ def sqdist(x, c):
     return s
 
 
+@nb.njit(cache=True, fastmath={"reassoc", "contract"})
+def sqdist32(x, c):
+    """``||x − c||²`` of float32 ``c`` summed in float32 (8 lanes where float64 has 4): the
+    E-step's distances on rows of ``WIDE_F32`` or more columns; returned as float64."""
+    s = np.float32(0.0)
+    for j in range(x.shape[0]):
+        t = np.float32(x[j]) - c[j]
+        s += t * t
+    return np.float64(s)
+
+
+#: rows at least this wide take their candidates' distances in float32 (:func:`sqdist32`, from a
+#: float32 copy of the means made per batch): 1M × 384, 10 candidates a row, one thread:
+#: 1.58 s in float64, 0.69 s in float32; the sums (Σ q y) stay float64
+WIDE_F32 = 128
+
 #: H, R, seed, epoch, first global row id of the batch, dense S (1) or pair lists (0), hard
 #: posteriors (the σ² → 0 limit: all mass on the nearest candidate)
 EStepConfig = namedtuple("EStepConfig", "H R seed epoch row_start dense hard")
@@ -64,7 +80,7 @@ def insert_top(cv, dv, cand, dist, n, H):
 
 @nb.njit(cache=True, inline="always")
 def _row(i, t, X, w, K, prm, sim, cfg, out, buf):
-    cand, dist, e, ex_s, ex_w = buf
+    cand, dist, e, ex_s, ex_w, means32 = buf
     sum_qy, sum_q, S, pair_key, pair_val = out
     M = prm.means.shape[0]
     H, R = cfg.H, cfg.R
@@ -82,8 +98,11 @@ def _row(i, t, X, w, K, prm, sim, cfg, out, buf):
     # the H nearest of the nc candidates, sorted by distance (stable: the same as a stable sort
     # of all nc, cut at H); K(n) comes sorted from the last epoch, so this is mostly compares
     n = 0
+    wide = means32.shape[0] > 0
     for a in range(nc):  # (cand[a] is read before the list, at positions <= a, is written)
-        n = insert_top(cand[a], sqdist(x, prm.means[cand[a]]), cand, dist, n, H)
+        c = cand[a]
+        d = sqdist32(x, means32[c]) if wide else sqdist(x, prm.means[c])
+        n = insert_top(c, d, cand, dist, n, H)
     inv = 1.0 / (2.0 * prm.sigma2)
     dmin = dist[0]
     z = 0.0
@@ -150,10 +169,12 @@ def estep(X, w, K, prm, sim, cfg, acc):
     # the prange body (inlined helpers included) is lost (seen with numba 0.68)
     scal = acc.scal
     out = (acc.sum_qy, acc.sum_q, acc.S, acc.pair_key, acc.pair_val)
+    M, D = prm.means.shape
+    means32 = prm.means.astype(np.float32) if D >= WIDE_F32 else np.empty((0, D), np.float32)
     for t in nb.prange(T):
         buf = (np.empty(width, dtype=np.int32), np.empty(width, dtype=np.float64),
                np.empty(cfg.H, dtype=np.float64), np.empty(width, dtype=np.float64),
-               np.empty(width, dtype=np.float64))
+               np.empty(width, dtype=np.float64), means32)
         a0 = a1 = a2 = 0.0
         a3 = 0
         lo, hi = t * chunk, min(n, (t + 1) * chunk)
