@@ -115,7 +115,7 @@ def test_graph_takes_the_work_directory_lock(tmp_path):
 def test_a_lock_held_for_a_moment_is_waited_for(tmp_path):
     """Another run's clean_stale holds a young work directory's lock for the moment it reads it
     (a fit of a parallel test suite was refused so, the lock file still empty): a lock released
-    within the patience is taken; one held past it is refused, naming the lock file's holder."""
+    within the patience is taken; one held past it is refused."""
     import fcntl
     import threading
     from streamclust.base.workdir import LOCK, WorkDirLock

@@ -169,7 +169,7 @@ def estep(X, w, K, prm, sim, cfg, acc):
     # the prange body (inlined helpers included) is lost (seen with numba 0.68)
     scal = acc.scal
     out = (acc.sum_qy, acc.sum_q, acc.S, acc.pair_key, acc.pair_val)
-    M, D = prm.means.shape
+    D = prm.means.shape[1]
     means32 = prm.means.astype(np.float32) if D >= WIDE_F32 else np.empty((0, D), np.float32)
     for t in nb.prange(T):
         buf = (np.empty(width, dtype=np.int32), np.empty(width, dtype=np.float64),
