@@ -7,7 +7,8 @@ the float32 cache of the same data is built apart for the other passes, in the s
 
 * **bare**: a plain numba pass over the memory-mapped cache that computes H + R = 10 squared
   distances per row to random centres (counter-based random numbers, as D-GMM) and adds each
-  row into a per-thread sum: the arithmetic of an epoch without its bookkeeping;
+  row into a per-thread sum: the arithmetic of an epoch without its bookkeeping (the distances
+  in float32 on rows of ``kernels.WIDE_F32`` or more columns, as D-GMM's);
 * ``np.sum`` over the memory-mapped cache (the cost of reading it);
 * scikit-learn ``KMeans`` (Lloyd, in memory): seconds of one iteration, as the median of
   ``fit(max_iter=1)`` from the D-GMM means;
@@ -35,6 +36,7 @@ from bench_memory import write_data  # noqa: E402
 
 import streamclust  # noqa: E402
 from streamclust.toolkit import rng_below, rng_init  # noqa: E402
+from streamclust_dgmm.kernels import WIDE_F32  # noqa: E402
 
 
 @nb.njit(cache=True, fastmath={"reassoc", "contract"})  # not inline="always": numba
@@ -45,6 +47,15 @@ def _sqdist_vec(x, c):
         t = np.float64(x[j]) - c[j]
         s += t * t
     return s
+
+
+@nb.njit(cache=True, fastmath={"reassoc", "contract"})
+def _sqdist_vec32(x, c):
+    s = np.float32(0.0)
+    for j in range(x.shape[0]):
+        t = np.float32(x[j]) - c[j]
+        s += t * t
+    return np.float64(s)
 
 
 @nb.njit(cache=True)
@@ -70,6 +81,26 @@ def bare_pass(X, means, draws, seed, out):
             for _ in range(draws):
                 s, c = rng_below(s, M)
                 acc += _sqdist_vec(X[i], means[c])
+            for j in range(D):
+                out[t, j] += X[i, j]
+        out[t, D] += acc
+
+
+@nb.njit(cache=True, parallel=True)
+def bare_pass32(X, means, draws, seed, out):
+    """The same with the distances in float32 from float32 means, as D-GMM's E-step on rows of
+    ``kernels.WIDE_F32`` or more columns (the row sums stay float64)."""
+    n, D = X.shape
+    M = means.shape[0]
+    T = out.shape[0]
+    chunk = (n + T - 1) // T
+    for t in nb.prange(T):
+        acc = 0.0
+        for i in range(t * chunk, min(n, (t + 1) * chunk)):
+            s = rng_init(seed, 0, i)
+            for _ in range(draws):
+                s, c = rng_below(s, M)
+                acc += _sqdist_vec32(X[i], means[c])
             for j in range(D):
                 out[t, j] += X[i, j]
         out[t, D] += acc
@@ -143,8 +174,11 @@ def run(data, work, M, args):
     T = nb.get_num_threads()
     means = np.ascontiguousarray(m.means_, dtype=np.float64)
     out = np.zeros((T, X.shape[1] + 1))
-    bare_pass(X[:1000], means, 10, 0, out)  # compile / load outside the timing
-    bare = timed(lambda: bare_pass(X, means, 10, 0, np.zeros((T, X.shape[1] + 1))),
+    # D-GMM's arithmetic: float32 distances on wide rows
+    wide = X.shape[1] >= WIDE_F32
+    kernel, kmeans = (bare_pass32, means.astype(np.float32)) if wide else (bare_pass, means)
+    kernel(X[:1000], kmeans, 10, 0, out)  # compile / load outside the timing
+    bare = timed(lambda: kernel(X, kmeans, 10, 0, np.zeros((T, X.shape[1] + 1))),
                  repeat=args.repeat)
     bare_strict(X[:1000], means, 10, 0, out)
     strict = timed(lambda: bare_strict(X, means, 10, 0, np.zeros((T, X.shape[1] + 1))),
@@ -156,7 +190,8 @@ def run(data, work, M, args):
     for label, (ep, _) in secs.items():
         rows.append([f"D-GMM epochs{label}", " ".join(f"{s:.2f}" for s in ep), "", ""])
     rows += [
-            ["bare pass (10 distances/row)", f"{bare:.3f}", f"{len(X) / bare / 1e6:.2f}",
+            ["bare pass (10 distances/row" + (", float32)" if wide else ")"), f"{bare:.3f}",
+             f"{len(X) / bare / 1e6:.2f}",
              f"{bare / epoch:.2f}"],
             ["bare pass, strict float sums", f"{strict:.3f}", f"{len(X) / strict / 1e6:.2f}",
              f"{strict / epoch:.2f}"],
