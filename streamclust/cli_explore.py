@@ -65,9 +65,10 @@ def sweep(data, algorithm, ks, sample, seeds, features, exclude, scale, metric, 
 @click.option("--out", "-o", required=True,
               help="Directory for the feature cache, the hnswlib cells and knn/graph_*.npy "
                    "(reused by a later run with the same settings).")
-@click.option("--cell-rows", type=click.IntRange(1, 2**40), default=50_000, show_default=True,
+@click.option("--cell-rows", type=click.IntRange(0, 2**40), default=0, show_default=True,
               help="Rows per cell of the graph, on average (built by NN-descent; the cells "
-                   "being built must fit in memory).")
+                   "being built must fit in memory; 0: 50 000, or 100 000 for rows of over "
+                   "128 values).")
 @click.option("--ef", type=click.IntRange(0, INT32), default=0, help="Query breadth (0: 24; never below 2k + 2).")
 @click.option("--degree", type=click.IntRange(0, 65_535), default=0, show_default=True,
               help="Length of a row's list while its cell is built by NN-descent (0: max(12, 1.2 k)).")

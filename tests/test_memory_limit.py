@@ -242,3 +242,22 @@ def test_cells_of_wide_rows_are_planned_with_the_widest_lists_a_probe_starts():
         assert rows < left // (2 * cell_row_bytes(dim, 12, 2 * k))  # lists of 12: too many
     narrow = fit_cells(lim, 10**9, 1, 64, 0, k, 1000)
     assert narrow == (lim - BASELINE - batch_bytes(1000, 64)) // (2 * cell_row_bytes(64, 12, 2 * k))
+
+
+def test_cell_rows_0_takes_the_default_of_the_rows_width(tmp_path):
+    """cell_rows 0 (the default): 50 000 rows a cell up to PROBE_MIN_WIDTH values a row,
+    100 000 above (DEFAULT_CELL_ROWS), lowered by the budget like a value given; the graph
+    records the value it was built with."""
+    from streamclust.graph.cellbuild import PROBE_MIN_WIDTH
+    from streamclust.graph.knn import DEFAULT_CELL_ROWS, fit_cells
+    assert DEFAULT_CELL_ROWS == (50_000, 100_000)
+    assert fit_cells("8GB", 0, 2, PROBE_MIN_WIDTH, 0, 10, 1000) == 50_000
+    assert fit_cells("8GB", 0, 2, PROBE_MIN_WIDTH + 1, 0, 10, 1000) == 100_000
+    assert fit_cells("8GB", 70_000, 2, 384, 0, 10, 1000) == 70_000
+    lim = BASELINE + batch_bytes(1000, 384) + (200 << 20)
+    assert fit_cells(lim, 0, 2, 384, 0, 10, 1000) == fit_cells(lim, 10**9, 2, 384, 0, 10, 1000) \
+        < 100_000
+    X = np.random.default_rng(0).normal(size=(600, PROBE_MIN_WIDTH + 1)).astype(np.float32)
+    streamclust.knn_graph(X, 5, work_dir=str(tmp_path / "w"), memory_limit="8GB")
+    meta = json.load(open(tmp_path / "w" / "knn" / "knn.json"))
+    assert meta["cell_rows"] == 100_000

@@ -142,15 +142,29 @@ def list_length(degree: int, k: int) -> int:
     return max(int(degree) or max(12, math.ceil(1.2 * k)), k)
 
 
+#: the rows per cell when ``cell_rows`` is 0: ``(rows of at most PROBE_MIN_WIDTH values,
+#: wider rows)``.  Wide rows of many intrinsic dimensions (embeddings) lose neighbours at every
+#: boundary: 1M × 384 embeddings, one run each, 50 000: 192.3 s, recall@10 0.9879; 100 000:
+#: 174.5 s, 0.9940; 200 000: 189.0 s, 0.9907 (its largest cells the critical path); 50 000
+#: stays the best of 25 000 - 250 000 on the 50-wide digits
+DEFAULT_CELL_ROWS = (50_000, 100_000)
+
+
+def default_cell_rows(cell_rows: int, dim: int) -> int:
+    """``cell_rows``, or for 0 the default for rows of ``dim`` values (:data:`DEFAULT_CELL_ROWS`)."""
+    return int(cell_rows) or DEFAULT_CELL_ROWS[dim > PROBE_MIN_WIDTH]
+
+
 def fit_cells(memory_limit, cell_rows: int, threads: int, dim: int, degree: int, k: int,
               batch_size: int, max_candidates: int = 0, workers=()) -> int:
-    """``cell_rows``, lowered until ``threads`` cells being built at once (a cell may reach
+    """``cell_rows`` (0: :func:`default_cell_rows`), lowered until ``threads`` cells being built at once (a cell may reach
     twice the average) fit in ``memory_limit`` beside the process and a batch; a one-line error
     when not even cells of 1 000 rows do.  Rows wider than ``PROBE_MIN_WIDTH`` are planned
     with lists of ``WIDEST · k`` (a probe may start them that long).  ``workers`` (a distributed executor's
     :meth:`~streamclust.run.dask_executor.DaskExecutor.worker_memory`): the cells are built
     there, each worker's threads at once within its budget (:func:`worker_budgets`)."""
     limit = budget(memory_limit)
+    cell_rows = default_cell_rows(cell_rows, dim)
     places = worker_budgets(limit, workers) if workers else [("", limit, threads)]
     width, mc = list_length(degree, k), max_candidates
     if dim > PROBE_MIN_WIDTH:  # a probed cell may start its lists (and candidates) this long
@@ -187,14 +201,14 @@ def _settings(cache, n_neighbors, options, executor, batch_size):
         if old in options:  # the settings of the sharded layout, renamed
             warnings.warn(f"kNN option {old!r} is now {new!r}", FutureWarning, stacklevel=4)
             options.setdefault(new, options.pop(old))
-    o = dict(cell_rows=50_000, degree=0, max_candidates=0, entries=1024, ef=0, M=16,
+    o = dict(cell_rows=0, degree=0, max_candidates=0, entries=1024, ef=0, M=16,
              ef_construction=100, seed=0, threads=-1, min_cell_rows=10_000, max_probes=4,
              memory_limit=None, reference_rows=0)
     unknown = set(options) - set(o)
     if unknown:
         raise ParameterError(f"unknown kNN option(s) {sorted(unknown)}; known: {sorted(o)}")
     o.update(options)
-    for name, low in (("cell_rows", 1), ("M", 2), ("ef_construction", 1), ("min_cell_rows", 1),
+    for name, low in (("cell_rows", 0), ("M", 2), ("ef_construction", 1), ("min_cell_rows", 1),
                       ("max_probes", 0), ("ef", 0), ("reference_rows", 0), ("degree", 0),
                       ("max_candidates", 0), ("entries", 1)):
         v = o[name]
@@ -226,7 +240,7 @@ def build_graph(cache: FeatureCache, n_neighbors: int, directory: str, *, batch_
 
     ``options``: ``memory_limit`` (bytes or ``"4GB"``; default half the memory available: lowers
     ``cell_rows`` so that the cells being built fit, see :func:`fit_cells`), ``cell_rows``
-    (50 000), ``min_cell_rows`` (10 000), ``max_probes`` (4: the other cells a row is searched
+    (0: 50 000, or 100 000 for rows of over 128 values), ``min_cell_rows`` (10 000), ``max_probes`` (4: the other cells a row is searched
     in at most, nearest boundaries first; 0: every cell the test keeps), ``degree`` (0:
     max(12, ⌈1.2 k⌉), a row's list while its cell is built), ``max_candidates`` (0: 2 ·
     degree, NN-descent's sample per row), ``entries`` (1 024: rows a search in a cell starts
@@ -343,7 +357,7 @@ def knn_graph(data, n_neighbors: int = 5, *, features=None, exclude=None, work_d
     d = open_data(data, features=features, on_invalid=on_invalid, exclude=exclude)
     if all(isinstance(options.get(o, 1), int) for o in ("cell_rows", "degree", "max_candidates")):
         # the budget checked before the cache pass (build_graph checks again, with every option)
-        fit_cells(options.get("memory_limit"), options.get("cell_rows", 50_000),
+        fit_cells(options.get("memory_limit"), options.get("cell_rows", 0),
                   n_threads(options.get("threads", -1)), d.n_features, options.get("degree", 0),
                   n_neighbors, min(batch_size, d.n_rows) if d.n_rows else batch_size,
                   options.get("max_candidates", 0), workers_of(options.get("executor")))

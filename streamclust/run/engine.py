@@ -378,7 +378,7 @@ def _budget(memory_limit, algo, req, n_features, batch_size, knn_options, rows, 
         from ..graph.knn import check_reference, fit_cells
         check_reference(k, opts.get("reference_rows", req.knn_reference))
         opts["memory_limit"] = budget(opts["memory_limit"]) if "memory_limit" in opts else limit
-        cell_rows = fit_cells(opts["memory_limit"], int(opts.get("cell_rows", 50_000)),
+        cell_rows = fit_cells(opts["memory_limit"], int(opts.get("cell_rows", 0)),
                               n_threads(opts.get("threads", -1)), n_features,
                               int(opts.get("degree", 0)), k, batch_size,
                               int(opts.get("max_candidates", 0)), workers)
