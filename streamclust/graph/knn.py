@@ -144,23 +144,24 @@ def list_length(degree: int, k: int) -> int:
 
 #: the rows per cell when ``cell_rows`` is 0: ``(rows of at most PROBE_MIN_WIDTH values,
 #: wider rows)``.  Wide rows of many intrinsic dimensions (embeddings) lose neighbours at every
-#: boundary: 1M × 384 embeddings, one run each, 50 000: 192.3 s, recall@10 0.9879; 100 000:
-#: 174.5 s, 0.9940; 200 000: 189.0 s, 0.9907 (its largest cells the critical path); 50 000
-#: stays the best of 25 000 - 250 000 on the 50-wide digits
+#: boundary (1M × 384 embeddings: 50 000 192.3 s, recall@10 0.9879; 100 000 174.5 s, 0.9940;
+#: docs/knn.md); 50 000 stays the best of 25 000 - 250 000 on the 50-wide digits
 DEFAULT_CELL_ROWS = (50_000, 100_000)
 
 
 def default_cell_rows(cell_rows: int, dim: int) -> int:
-    """``cell_rows``, or for 0 the default for rows of ``dim`` values (:data:`DEFAULT_CELL_ROWS`)."""
+    """``cell_rows``, or for 0 the default for rows of ``dim`` values
+    (:data:`DEFAULT_CELL_ROWS`)."""
     return int(cell_rows) or DEFAULT_CELL_ROWS[dim > PROBE_MIN_WIDTH]
 
 
 def fit_cells(memory_limit, cell_rows: int, threads: int, dim: int, degree: int, k: int,
               batch_size: int, max_candidates: int = 0, workers=()) -> int:
-    """``cell_rows`` (0: :func:`default_cell_rows`), lowered until ``threads`` cells being built at once (a cell may reach
-    twice the average) fit in ``memory_limit`` beside the process and a batch; a one-line error
-    when not even cells of 1 000 rows do.  Rows wider than ``PROBE_MIN_WIDTH`` are planned
-    with lists of ``WIDEST · k`` (a probe may start them that long).  ``workers`` (a distributed executor's
+    """``cell_rows`` (0: :func:`default_cell_rows`), lowered until ``threads`` cells being
+    built at once (a cell may reach twice the average) fit in ``memory_limit`` beside the
+    process and a batch; a one-line error when not even cells of 1 000 rows do.  Rows wider
+    than ``PROBE_MIN_WIDTH`` are planned with lists of ``WIDEST · k`` (a probe may start them
+    that long).  ``workers`` (a distributed executor's
     :meth:`~streamclust.run.dask_executor.DaskExecutor.worker_memory`): the cells are built
     there, each worker's threads at once within its budget (:func:`worker_budgets`)."""
     limit = budget(memory_limit)
@@ -240,8 +241,9 @@ def build_graph(cache: FeatureCache, n_neighbors: int, directory: str, *, batch_
 
     ``options``: ``memory_limit`` (bytes or ``"4GB"``; default half the memory available: lowers
     ``cell_rows`` so that the cells being built fit, see :func:`fit_cells`), ``cell_rows``
-    (0: 50 000, or 100 000 for rows of over 128 values), ``min_cell_rows`` (10 000), ``max_probes`` (4: the other cells a row is searched
-    in at most, nearest boundaries first; 0: every cell the test keeps), ``degree`` (0:
+    (0: :data:`DEFAULT_CELL_ROWS`, 50 000, or 100 000 for rows of over 128 values),
+    ``min_cell_rows`` (10 000), ``max_probes`` (4: the other cells a row is searched in at
+    most, nearest boundaries first; 0: every cell the test keeps), ``degree`` (0:
     max(12, ⌈1.2 k⌉), a row's list while its cell is built), ``max_candidates`` (0: 2 ·
     degree, NN-descent's sample per row), ``entries`` (1 024: rows a search in a cell starts
     near), ``ef`` (0: max(24, 2k + 2), the results a search keeps), ``M`` (16) and
