@@ -75,21 +75,19 @@ def estep_step(batch, state, params):
     n = len(batch.X)
     T = max(1, min(threads, n))
     npairs = cfg.H * (cfg.H - 1) // 2
-    acc = Accum(np.zeros((T, M, D)), np.zeros((T, M)), np.zeros((T, 4)),
-                np.zeros((T, M * (M - 1) // 2) if cfg.dense else (1, 1)),
+    # (uninitialised: the kernel's threads zero their own and add them up, estep's text)
+    acc = Accum(np.empty((T, M, D)), np.empty((T, M)), np.zeros((T, 4)),
+                np.empty((T, M * (M - 1) // 2) if cfg.dense else (1, 1)),
                 np.zeros(0 if cfg.dense else n * npairs, np.int64),
                 np.zeros(0 if cfg.dense else n * npairs))
-    if n:
-        # (X read-only whatever its source: one compiled E-step, see toolkit.readonly)
-        estep(readonly(batch.X), weights_of(batch), K, prm, sim, cfg._replace(row_start=batch.start),
-              acc)
-    if cfg.dense:  # the packed upper triangle, summed over the threads in place
-        S = acc.S[0]
-        for t in range(1, T):
-            S += acc.S[t]
-    else:
-        S = PairSums.from_pairs(acc.pair_key, acc.pair_val)
-    return acc.sum_qy.sum(axis=0), acc.sum_q.sum(axis=0), acc.scal.sum(axis=0), S
+    if not n:
+        return np.zeros((M, D)), np.zeros(M), np.zeros(4), \
+            np.zeros(M * (M - 1) // 2) if cfg.dense else PairSums.from_pairs([], [])
+    # (X read-only whatever its source: one compiled E-step, see toolkit.readonly)
+    estep(readonly(batch.X), weights_of(batch), K, prm, sim, cfg._replace(row_start=batch.start),
+          acc)
+    S = acc.S[0] if cfg.dense else PairSums.from_pairs(acc.pair_key, acc.pair_val)
+    return acc.sum_qy[0], acc.sum_q[0], acc.scal.sum(axis=0), S
 
 
 class DGMM(Starts, Online, Updates, Algorithm):

@@ -156,7 +156,9 @@ def estep(X, w, K, prm, sim, cfg, acc):
     """One truncated E-step over the rows of a batch; updates K in place, accumulates into acc.
 
     Rows are split into ``T = acc.sum_q.shape[0]`` contiguous chunks, one accumulator each, so
-    the result is fixed for a given T whatever the thread scheduling.  With means of at least
+    the result is fixed for a given T whatever the thread scheduling.  The accumulators come
+    uninitialised (``np.empty``: each thread zeroes its own), and leave with the threads' sums
+    of Σ w q y, Σ w q and dense S in their row 0; ``acc.scal`` holds each thread's scalars.  With means of at least
     ``ORDER_MEANS_BYTES``, a chunk's rows run in the order of ``K[:, 0]`` (stable; an order fixed
     by the data too).
     """
@@ -168,10 +170,15 @@ def estep(X, w, K, prm, sim, cfg, acc):
     # the arrays are taken out of the namedtuple here: a write through ``acc.x[...]`` inside
     # the prange body (inlined helpers included) is lost (seen with numba 0.68)
     scal = acc.scal
-    out = (acc.sum_qy, acc.sum_q, acc.S, acc.pair_key, acc.pair_val)
-    D = prm.means.shape[1]
+    sum_qy, sum_q, S = acc.sum_qy, acc.sum_q, acc.S
+    out = (sum_qy, sum_q, S, acc.pair_key, acc.pair_val)
+    M, D = prm.means.shape
     means32 = prm.means.astype(np.float32) if D >= WIDE_F32 else np.empty((0, D), np.float32)
     for t in nb.prange(T):
+        sum_qy[t] = 0.0  # each thread zeroes its own accumulators (they come uninitialised)
+        sum_q[t] = 0.0
+        if cfg.dense:
+            S[t] = 0.0
         buf = (np.empty(width, dtype=np.int32), np.empty(width, dtype=np.float64),
                np.empty(cfg.H, dtype=np.float64), np.empty(width, dtype=np.float64),
                np.empty(width, dtype=np.float64), means32)
@@ -189,10 +196,24 @@ def estep(X, w, K, prm, sim, cfg, acc):
             a1 += r1
             a2 += r2
             a3 += r3
-        scal[t, 0] += a0
-        scal[t, 1] += a1
-        scal[t, 2] += a2
-        scal[t, 3] += a3
+        scal[t, 0] = a0
+        scal[t, 1] = a1
+        scal[t, 2] = a2
+        scal[t, 3] = a3
+    # the threads' sums into thread 0's, added in thread order (as numpy's sum over axis 0),
+    # on all threads: at T = 16, k = 1 000 and 384 wide one thread added 110 MB a batch
+    for c in nb.prange(M):
+        for t in range(1, T):
+            sum_q[0, c] += sum_q[t, c]
+            for j in range(D):
+                sum_qy[0, c, j] += sum_qy[t, c, j]
+    if cfg.dense and T > 1:
+        L = S.shape[1]
+        blocks = (L + 4095) // 4096
+        for b in nb.prange(blocks):
+            for t in range(1, T):
+                for p in range(b * 4096, min(L, (b + 1) * 4096)):
+                    S[0, p] += S[t, p]
 
 
 @nb.njit(cache=True)

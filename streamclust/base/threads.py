@@ -1,19 +1,103 @@
-"""How many threads: the cores this process may use (numba kernels, graph builds), and the BLAS
-thread limit the engine sets during a fit."""
+"""How many threads: the CPUs this process may use (its affinity mask and its container's CPU
+quota), the one budget a run's numba kernels, BLAS and thread pools share, and the BLAS thread
+limit the engine sets during a fit."""
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 
+#: where the cgroup file system is mounted (a test points it at a fake one)
+CGROUP_ROOT = "/sys/fs/cgroup"
 
-def n_threads(threads: int = -1) -> int:
-    """``threads`` if positive, else the cores this process may run on."""
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def cpu_quota(root: str | None = None) -> int | None:
+    """The CPUs a container's quota allows, rounded up (cgroup v2 ``cpu.max``: ``"400000
+    100000"`` is 4; v1 ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``); None without a quota.
+    The process's own cgroup (``/proc/self/cgroup``) is read first, then the root's."""
+    root = CGROUP_ROOT if root is None else root
+    own = []
+    for line in (_read("/proc/self/cgroup") or "").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3 and parts[2] not in ("", "/"):
+            own.append(parts[2].lstrip("/"))
+    for sub in own + [""]:
+        v2 = _read(os.path.join(root, sub, "cpu.max"))
+        if v2:
+            quota, _, period = v2.partition(" ")
+            if quota != "max":
+                try:
+                    return max(1, math.ceil(int(quota) / int(period or 100000)))
+                except ValueError:
+                    pass
+            continue
+        q = _read(os.path.join(root, "cpu", sub, "cpu.cfs_quota_us")) or \
+            _read(os.path.join(root, "cpu,cpuacct", sub, "cpu.cfs_quota_us"))
+        p = _read(os.path.join(root, "cpu", sub, "cpu.cfs_period_us")) or \
+            _read(os.path.join(root, "cpu,cpuacct", sub, "cpu.cfs_period_us"))
+        try:
+            if q is not None and int(q) > 0 and p:
+                return max(1, math.ceil(int(q) / int(p)))
+        except ValueError:
+            pass
+    return None
+
+
+def available_cpus() -> int:
+    """The CPUs this process may use: its affinity mask, capped by the container's quota."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        n = os.cpu_count() or 1
+    q = cpu_quota()
+    return max(1, min(n, q) if q else n)
+
+
+def n_threads(threads: int | None = -1) -> int:
+    """``threads`` if positive, else the CPUs this process may use (:func:`available_cpus`)."""
     if threads and threads > 0:
         return int(threads)
+    return available_cpus()
+
+
+def check_threads(threads) -> int:
+    """``threads`` as given to a run: -1 (the CPUs this process may use) or at least 1."""
+    from ..errors import ParameterError
+    if isinstance(threads, bool) or not isinstance(threads, int) or not (threads == -1 or
+                                                                         threads >= 1):
+        raise ParameterError("threads must be -1 (the CPUs this process may use) or an integer "
+                             f">= 1, got {threads!r}")
+    return threads
+
+
+def numba_threads(threads: int) -> int:
+    """The numba threads a budget of ``threads`` gets: no more than numba's pool holds."""
+    import numba
+    return max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS))
+
+
+@contextlib.contextmanager
+def use_threads(threads: int | None = -1, blas: int | None = 1):
+    """Inside it numba kernels (of this thread) run on at most ``n_threads(threads)`` threads and
+    BLAS on at most ``blas`` (default 1: numba kernels own the cores; None: BLAS as it is),
+    both restored on exit.  Yields the budget."""
+    import numba
+    budget = n_threads(threads)
+    before = numba.get_num_threads()
+    numba.set_num_threads(numba_threads(budget))
     try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
+        with limit_blas(None if blas is None else min(int(blas), budget)):
+            yield budget
+    finally:
+        numba.set_num_threads(before)
 
 
 def limit_blas(threads: int | None):

@@ -47,8 +47,10 @@ def open_cache_file(path: str, n: int, d: int, mode: str = "r") -> np.ndarray:
 
 
 def float32_rows(A) -> np.ndarray:
-    """``A`` as float32 (a half-precision cache's rows widened; float32 rows as they are)."""
-    return A if A.dtype == np.float32 else np.asarray(A, dtype=np.float32)
+    """``A`` as float32 (a half-precision cache's rows widened on all threads; float32 rows as
+    they are)."""
+    from .widen import widen
+    return widen(A)
 
 
 class FeatureCache:
@@ -111,7 +113,8 @@ class FeatureCache:
         ids = np.asarray(row_ids, dtype=np.int64)
         if ids.size and (ids.min() < 0 or ids.max() >= self.n_rows):
             raise IndexError(f"row id out of range [0, {self.n_rows})")
-        return np.ascontiguousarray(self.X[ids], dtype=np.float32)
+        from .widen import gather
+        return gather(self.X, ids)
 
     @classmethod
     def open(cls, work_dir: str) -> "FeatureCache | None":

@@ -17,7 +17,7 @@ from .context import Context
 from ..errors import DataError, ParameterError
 from ..data.features import describe_features
 from .executor import LocalExecutor
-from ..base.threads import limit_blas
+from ..base.threads import check_threads, use_threads
 from ..base.workdir import WorkDirLock, clean_stale
 from ..base.interrupt import check
 from ..base.progress import enabled
@@ -281,7 +281,7 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
         on_invalid: str = "error", progress: bool | None = None, host: PluginHost | None = None,
         executor=None, client=None, knn_options: dict | None = None, resume: bool = False,
         blas_threads: int | None = 1, scale: str = "none", metric: str = "euclidean",
-        cache_dtype: str = "float32", memory_limit=None, **params) -> Model:
+        cache_dtype: str = "float32", memory_limit=None, threads: int = -1, **params) -> Model:
     """Fit ``algorithm`` with ``n_clusters`` clusters on ``data`` and return the :class:`Model`.
 
     ``n_clusters``: default 8, except for algorithms that choose the number themselves
@@ -308,12 +308,15 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
     as float32; exact for float16 input; see :mod:`streamclust.data.cache`).  ``blas_threads``: BLAS threads during the fit (default 1: numba
     kernels own the cores; ``None`` leaves BLAS as it is).  ``memory_limit``: bytes or ``"4GB"``
     (default: half the memory available); a fit whose batches or kNN cells cannot fit stops
-    before the first pass, and the graph's cells are sized to fit it.
+    before the first pass, and the graph's cells are sized to fit it.  ``threads``: the run's
+    thread budget, shared by numba kernels, BLAS and the graph's pools (default -1: the CPUs
+    this process may use, its affinity mask and its container's CPU quota).
     """
     _check_int("batch_size", batch_size, 1)
     _check_int("max_epochs", max_epochs, 1)
     if blas_threads is not None:
         _check_int("blas_threads", blas_threads, 1)
+    knn_options = {"threads": check_threads(threads), **(knn_options or {})}
     scale = check_scale(scale)
     metric = check_metric(metric)
     cache_dtype = check_cache_dtype(cache_dtype)
@@ -336,7 +339,7 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
     with contextlib.ExitStack() as stack:
         work_dir, owned = _work_dir(stack, work_dir)
         stack.enter_context(WorkDirLock(work_dir))
-        stack.enter_context(limit_blas(blas_threads))
+        stack.enter_context(use_threads(threads, blas_threads))
         stack.push(lambda kind, *_: end_run(executor, kind is not None))  # (shared-nothing)
         st = _prepare(algo, req, d, work_dir, executor,
                       {"show": enabled(progress), "owned": owned, "batch_size": batch_size,

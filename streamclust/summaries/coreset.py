@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..data.batch import Batch
-from .kernels import sqdist_rows
+from .kernels import SUM_BLOCK, row_sums, sqdist_rows
 
 
 @dataclass
@@ -41,9 +41,13 @@ class WeightedSample:
 
 
 def stats_step(batch, _state, _params):
-    """Pass 1: ``{start: (n, Σx, Σ||x||²)}`` in float64."""
-    X = batch.X.astype(np.float64)
-    return {batch.start: (len(X), X.sum(axis=0), float(np.einsum("ij,ij->", X, X)))}
+    """Pass 1: ``{start: (n, Σx, Σ||x||²)}`` in float64 (blocks of rows on all threads, their
+    sums added in block order)."""
+    X = batch.X
+    blocks = -(-len(X) // SUM_BLOCK)
+    sx, sq = np.empty((blocks, X.shape[1])), np.empty(blocks)
+    row_sums(X, sx, sq)
+    return {batch.start: (len(X), sx.sum(axis=0), float(sq.sum()))}
 
 
 def _batch_masses(stats: dict, center: np.ndarray):

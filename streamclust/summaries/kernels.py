@@ -15,10 +15,29 @@ def update_min_sqdist(X, c, mind):
             mind[i] = d
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, parallel=True)
 def sqdist_rows(X, c, out):
-    for i in range(X.shape[0]):
+    for i in nb.prange(X.shape[0]):
         out[i] = sqdist(X[i], c)
+
+
+#: rows of one partial sum of :func:`row_sums` (fixed: the sums do not depend on the threads)
+SUM_BLOCK = 4096
+
+
+@nb.njit(cache=True, parallel=True)
+def row_sums(X, sx, sq):
+    """Σx and Σ‖x‖² (float64) of the rows of ``X``, per block of ``SUM_BLOCK`` rows in parallel
+    (``sx``: blocks × features, ``sq``: blocks), each block summed in row order."""
+    for b in nb.prange(sx.shape[0]):
+        sx[b] = 0.0
+        q = 0.0
+        for i in range(b * SUM_BLOCK, min(X.shape[0], (b + 1) * SUM_BLOCK)):
+            for j in range(X.shape[1]):
+                v = np.float64(X[i, j])
+                sx[b, j] += v
+                q += v * v
+        sq[b] = q
 
 
 @nb.njit(cache=True)
