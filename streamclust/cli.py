@@ -10,7 +10,7 @@ import click
 from . import cli_explore
 from .cli_shared import (INT32, cache_dtype_option, dask_executor, exclude_option, features_option,
                          json_option, metric_option, parse_set, print_result, quiet_logging,
-                         setup_logging, split_names)
+                         setup_logging, split_names, threads_option)
 from .errors import StreamclustError
 
 
@@ -55,6 +55,8 @@ def main(ctx, verbose, log_level):
     """Cluster data sets larger than memory (Parquet, Arrow IPC)."""
     ctx.obj = {"verbose": verbose}
     setup_logging(log_level)
+    from .base.threads import process_threads
+    ctx.with_resource(process_threads(-1))  # numba's and BLAS's pools: the CPUs this may use
     import tempfile
 
     from .base.workdir import clean_stale
@@ -101,6 +103,7 @@ def main(ctx, verbose, log_level):
 @click.option("--out", "-o", required=True, help="Model directory to write.")
 @click.option("--overwrite", is_flag=True, help="Replace the model in an existing --out.")
 @json_option
+@threads_option
 def fit(data, algorithm, clusters, features, exclude, scale, metric, cache_dtype, sets, seed, batch_size, max_epochs,
         work_dir, update, skip_invalid, quiet, scheduler, workers, worker_cache, resume, out,
         overwrite, as_json, memory_limit):
@@ -230,6 +233,7 @@ def _update(data, work_dir, sets, max_epochs, quiet, scheduler, workers, resume,
                    "s3://…) of one Parquet part per share, committed by its _SUCCESS manifest.")
 @click.option("--workers", type=click.IntRange(1, 10_000), default=None, help="Workers of --scheduler local (default 2).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar (shown on a terminal).")
+@threads_option
 def predict(model_dir, data, out, keep, batch_size, skip_invalid, overwrite, soft, soft_top,
             scheduler, workers, quiet):
     """Label every row of DATA with MODEL_DIR; write passthrough columns + cluster to --out."""
@@ -259,6 +263,7 @@ def predict(model_dir, data, out, keep, batch_size, skip_invalid, overwrite, sof
 @click.option("--batch-size", type=click.IntRange(1, INT32), default=65536, show_default=True)
 @click.option("--skip-invalid", is_flag=True, help="Leave rows with NaN/inf features out.")
 @json_option
+@threads_option
 def evaluate(model_dir, data, labels, batch_size, skip_invalid, as_json):
     """Score MODEL_DIR on DATA against --labels: nmi, acc (one-to-one), acc_many_to_one (= purity),
     and for centroid models the mean quantization_error."""
@@ -277,6 +282,7 @@ def evaluate(model_dir, data, labels, batch_size, skip_invalid, as_json):
 @click.option("--batch-size", type=click.IntRange(1, INT32), default=65536, show_default=True)
 @click.option("--skip-invalid", is_flag=True, help="Leave rows with NaN/inf out.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --out.")
+@threads_option
 def report(model_dir, data, out, labels, sample, batch_size, skip_invalid, overwrite):
     """One self-contained HTML page of MODEL_DIR: parameters, history curves and, with DATA,
     cluster sizes, a 2-D projection and (--labels) scores (one pass over DATA)."""

@@ -8,7 +8,8 @@ import json
 import click
 
 from .cli_shared import (INT32, cache_dtype_option, dask_executor, exclude_option, features_option,
-                         json_option, metric_option, parse_set, print_result, split_names)
+                         json_option, metric_option, parse_set, print_result, split_names,
+                         threads_option)
 
 @click.command()
 @click.argument("data")
@@ -32,6 +33,7 @@ from .cli_shared import (INT32, cache_dtype_option, dask_executor, exclude_optio
 @click.option("--overwrite", is_flag=True, help="Replace an existing --out.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @json_option
+@threads_option
 def sweep(data, algorithm, ks, sample, seeds, features, exclude, scale, metric, sets, seed, batch_size,
           skip_invalid, out, overwrite, quiet, as_json):
     """Fit ALGORITHM on a sample of DATA for a range of k; print the criteria and suggest k."""
@@ -85,6 +87,7 @@ def sweep(data, algorithm, ks, sample, seeds, features, exclude, scale, metric, 
 @click.option("--reference-rows", type=click.IntRange(0, 2**40), default=0, show_default=True,
               help="Search each row's neighbours among a uniform sample of this many rows (0: all rows).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars (shown on a terminal).")
+@threads_option
 def graph(data, neighbors, features, exclude, scale, metric, cache_dtype, out, cell_rows, ef, degree, m, batch_size,
           scheduler, workers, memory_limit, reference_rows, quiet):
     """Build the kNN graph of DATA (ids N×k int64, distances N×k float32) into --out."""

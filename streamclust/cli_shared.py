@@ -89,6 +89,22 @@ features_option = click.option("--features", "-f", multiple=True, metavar="COLUM
                                     "labels or ids (label, id, *_id, …), which are listed.")
 
 
+def _set_threads(ctx, param, value):
+    if value is not None or ctx.parent is None:
+        from .base.threads import process_threads
+        ctx.with_resource(process_threads(-1 if value is None else value))
+    return value
+
+
+#: every command that computes: the process's thread budget (numba, BLAS, Arrow's pools), set
+#: before they start
+threads_option = click.option("--threads", type=click.IntRange(1, 65_536), default=None,
+                              expose_value=False, is_eager=True, callback=_set_threads,
+                              help="Threads this command may use, numba, BLAS and readers "
+                                   "together (default: the CPUs it may use: its affinity mask "
+                                   "and its container's CPU quota).")
+
+
 def dask_executor(scheduler, workers, worker_cache="auto"):
     """The executor of ``--scheduler`` (None: local)."""
     if not scheduler:

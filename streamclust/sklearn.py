@@ -27,7 +27,20 @@ from sklearn.utils.validation import check_is_fitted, check_random_state, valida
 from .run.engine import fit as _fit
 
 _COMMON = {"n_clusters": 8, "scale": "none", "metric": "euclidean", "max_epochs": 100, "random_state": None,
-           "batch_size": 65536}
+           "batch_size": 65536, "n_jobs": None}
+
+
+def _threads(n_jobs) -> int:
+    """scikit-learn's ``n_jobs`` as the engine's ``threads``: None and -1 all the CPUs this
+    process may use, -2 all but one, a positive number itself."""
+    if n_jobs is None or n_jobs == -1:
+        return -1
+    if isinstance(n_jobs, bool) or not isinstance(n_jobs, (int, np.integer)) or n_jobs == 0:
+        raise ValueError(f"n_jobs must be None, a positive integer or a negative one, got {n_jobs!r}")
+    if n_jobs > 0:
+        return int(n_jobs)
+    from .base.threads import available_cpus
+    return max(1, available_cpus() + 1 + int(n_jobs))
 
 
 def _seed(random_state) -> int:
@@ -72,7 +85,8 @@ class _Base(ClusterMixin, BaseEstimator):
             self.__dict__.pop(stale, None)
         self.model_ = _fit(data, self._algo_name(), k, seed=_seed(self.random_state),
                            max_epochs=self.max_epochs, batch_size=self.batch_size,
-                           scale=self.scale, metric=self.metric, progress=False, **params)
+                           scale=self.scale, metric=self.metric, progress=False,
+                           threads=_threads(self.n_jobs), **params)
         self.labels_ = self.model_.predict(X).astype(np.intp)
         self.n_clusters_ = int(self.model_.n_clusters)
         self.n_iter_ = len(self.model_.history)
@@ -197,8 +211,10 @@ class Clusterer(_Base):
     """Any installed algorithm: ``Clusterer(algorithm="kmeans", n_clusters=5, params={...})``."""
 
     def __init__(self, algorithm="dgmm", n_clusters=8, *, params=None, scale="none",
-                 metric="euclidean", max_epochs=100, random_state=None, batch_size=65536):
+                 metric="euclidean", max_epochs=100, random_state=None, batch_size=65536,
+                 n_jobs=None):
         self.algorithm = algorithm
+        self.n_jobs = n_jobs
         self.n_clusters = n_clusters
         self.params = params
         self.scale = scale

@@ -102,3 +102,63 @@ def test_half_rows_widen_exactly_as_numpy_does():
     np.testing.assert_array_equal(gather(F, ids).view(np.uint32), F[ids].view(np.uint32))
     assert widen(F) is F
     assert gather(H, []).shape == (0, 256) and widen(H[:0]).shape == (0, 256)
+
+
+_PROBE = r'''
+import json, os, sys
+from streamclust.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit as e:
+    assert not e.code, e.code
+import numba, pyarrow
+from threadpoolctl import threadpool_info
+print(json.dumps({"numba_pool": numba.config.NUMBA_NUM_THREADS, "numba": numba.get_num_threads(),
+                  "arrow": pyarrow.cpu_count(), "arrow_io": pyarrow.io_thread_count(),
+                  "blas": max(i["num_threads"] for i in threadpool_info()),
+                  "tasks": len(os.listdir("/proc/self/task"))}))
+'''
+
+
+def _probe(args, env=None):
+    import json
+    import subprocess
+    import sys
+    e = {k: v for k, v in os.environ.items() if k not in TH._POOL_VARS}
+    e.update(env or {})
+    r = subprocess.run([sys.executable, "-c", _PROBE, *args], capture_output=True, text=True,
+                       env=e, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_the_command_line_starts_no_more_threads_than_its_budget(tmp_path):
+    """``streamclust fit … --threads 1``: numba's pool, its threads in use, BLAS and Arrow's pools
+    all hold one thread, and the process's OS threads after the fit are the main one and at most
+    one a pool; without it they follow the CPUs the process may use (its affinity mask here)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(c, 0.3, size=(400, 4)) for c in (0, 5)]).astype(np.float32)
+    pq.write_table(pa.table({f"f{j}": X[:, j] for j in range(4)}), str(tmp_path / "d.parquet"))
+    one = _probe(["fit", str(tmp_path / "d.parquet"), "-k", "2", "-q", "--threads", "1",
+                  "-o", str(tmp_path / "m1")])
+    assert {k: one[k] for k in ("numba_pool", "numba", "arrow", "arrow_io", "blas")} == \
+        {"numba_pool": 1, "numba": 1, "arrow": 1, "arrow_io": 1, "blas": 1}
+    cpus = TH.available_cpus()
+    full = _probe(["fit", str(tmp_path / "d.parquet"), "-k", "2", "-q", "-o", str(tmp_path / "m2")])
+    assert full["numba_pool"] == cpus and full["arrow"] == cpus
+    assert one["tasks"] <= 5  # the main thread and at most one a pool (numba, BLAS, Arrow's two)
+    if cpus > 1:
+        assert full["tasks"] > one["tasks"]
+
+
+def test_the_estimators_n_jobs_is_the_fits_thread_budget():
+    """``n_jobs`` as scikit-learn means it: None / -1 every CPU, -2 all but one, 0 refused."""
+    from streamclust.sklearn import DGMM, _threads
+    assert _threads(None) == _threads(-1) == -1 and _threads(3) == 3
+    assert _threads(-2) == max(1, TH.available_cpus() - 1)
+    with pytest.raises(ValueError, match="n_jobs"):
+        _threads(0)
+    X = np.random.default_rng(0).normal(size=(300, 3)).astype(np.float32)
+    assert DGMM(2, n_jobs=1, random_state=0).fit(X).get_params()["n_jobs"] == 1

@@ -61,11 +61,45 @@ def available_cpus() -> int:
     return max(1, min(n, q) if q else n)
 
 
+#: the whole process's budget once :func:`set_process_threads` set it (the command line's
+#: ``--threads``), else None: the CPUs it may use
+_PROCESS = None
+#: the thread pools sized from the environment when their library loads: numba's, the BLAS
+#: libraries' (OpenMP, OpenBLAS, MKL; Arrow's CPU pool reads OMP_NUM_THREADS) and Arrow's I/O
+_POOL_VARS = ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+              "ARROW_IO_THREADS")
+
+
 def n_threads(threads: int | None = -1) -> int:
-    """``threads`` if positive, else the CPUs this process may use (:func:`available_cpus`)."""
+    """``threads`` if positive, else the process's budget (:func:`set_process_threads`), else
+    the CPUs this process may use (:func:`available_cpus`)."""
     if threads and threads > 0:
         return int(threads)
-    return available_cpus()
+    return _PROCESS or available_cpus()
+
+
+def set_process_threads(threads: int = -1) -> int:
+    """The budget of this whole process (``threads``, or -1: the CPUs it may use, affinity and
+    quota): the thread pools not started yet are sized to it through their environment
+    variables (a variable already set is kept unless ``threads`` is given), numba's and Arrow's
+    started ones are limited to it, and every later ``threads=-1`` means it.  Returns it."""
+    import sys
+    global _PROCESS
+    check_threads(threads)
+    budget = n_threads(threads)
+    for var in _POOL_VARS:
+        if threads > 0 or var not in os.environ:
+            os.environ[var] = str(budget)
+    if threads > 0 or _PROCESS is None:
+        _PROCESS = budget
+    if "numba" in sys.modules:
+        import numba
+        numba.set_num_threads(numba_threads(_PROCESS))
+    if "pyarrow" in sys.modules:
+        import pyarrow
+        pyarrow.set_cpu_count(_PROCESS)
+        pyarrow.set_io_thread_count(_PROCESS)
+    return _PROCESS
 
 
 def check_threads(threads) -> int:
@@ -98,6 +132,34 @@ def use_threads(threads: int | None = -1, blas: int | None = 1):
             yield budget
     finally:
         numba.set_num_threads(before)
+
+
+@contextlib.contextmanager
+def process_threads(threads: int = -1):
+    """:func:`set_process_threads` inside it; the budget, the variables and numba's and Arrow's
+    thread counts as they were after it (a command run in a test process leaves it as it was)."""
+    import sys
+    global _PROCESS
+    saved = (_PROCESS, {v: os.environ.get(v) for v in _POOL_VARS})
+    numba_before = sys.modules["numba"].get_num_threads() if "numba" in sys.modules else None
+    arrow_before = None
+    if "pyarrow" in sys.modules:
+        pa = sys.modules["pyarrow"]
+        arrow_before = (pa.cpu_count(), pa.io_thread_count())
+    try:
+        yield set_process_threads(threads)
+    finally:
+        _PROCESS = saved[0]
+        for var, value in saved[1].items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
+        if numba_before is not None:
+            sys.modules["numba"].set_num_threads(numba_before)
+        if arrow_before is not None:
+            sys.modules["pyarrow"].set_cpu_count(arrow_before[0])
+            sys.modules["pyarrow"].set_io_thread_count(arrow_before[1])
 
 
 def limit_blas(threads: int | None):

@@ -139,7 +139,7 @@ def check_settings(ident: dict, given: dict) -> None:
 def update(data, work_dir: str, *, max_epochs: int = 100, progress: bool | None = None,
            executor=None, client=None, resume: bool = False, blas_threads: int | None = 1,
            memory_limit=None, knn_options: dict | None = None, host=None, expect=None,
-           before_pass=None):
+           before_pass=None, threads: int = -1):
     """Update the model fitted in ``work_dir`` with the files appended to ``data`` since (see
     the module docstring); returns the updated :class:`~streamclust.Model`, or None when
     ``data`` holds no new file ("already up to date": nothing is written).
@@ -150,11 +150,12 @@ def update(data, work_dir: str, *, max_epochs: int = 100, progress: bool | None 
     the fitted model.  ``before_pass``: called once new files are found, before the first pass
     (the CLI checks its output path there: with nothing new, an existing one is no error).  Other
     arguments as for :func:`streamclust.fit`."""
-    from ..base.threads import limit_blas
+    from ..base.threads import check_threads, use_threads
     from ..base.workdir import WorkDirLock
     from ..data.features import FeatureSpec
     from ..plugins import PluginHost
     engine._check_int("max_epochs", max_epochs, 1)
+    knn_options = {"threads": check_threads(threads), **(knn_options or {})}
     if not os.path.isdir(work_dir):
         raise StreamclustError(f"{work_dir}: no such work directory; fit first with --work-dir")
     host = host or PluginHost()
@@ -190,7 +191,7 @@ def update(data, work_dir: str, *, max_epochs: int = 100, progress: bool | None 
                                        knn_options, d.n_rows, executor)
     with contextlib.ExitStack() as stack:
         stack.enter_context(WorkDirLock(work_dir))
-        stack.enter_context(limit_blas(blas_threads))
+        stack.enter_context(use_threads(threads, blas_threads))
         st = engine._prepare(algo, req, d, work_dir, executor,
                              {"show": enabled(progress), "owned": False,
                               "batch_size": batch_size, "knn_options": knn_options,
