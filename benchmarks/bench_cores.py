@@ -12,13 +12,18 @@ algorithm's phase where it has one: D-GMM's ``starts`` / ``refine`` / ``full``) 
 and the wall clock every 5 ms.  Over each interval the process kept ``busy = ΔCPU / Δwall``
 cores busy.  With ``T`` threads, an interval of which a share ``s`` ran one thread while the
 others waited and the rest ran all ``T`` has ``busy = s + (1 − s) T``, so
-``s = (T − busy) / (T − 1)``, clipped to [0, 1] (time with less than one core busy, waits on
-disk or on a lock, counts as serial: more cores do not shorten it).  A phase's serial seconds
-are ``Σ s · Δwall`` over its intervals; its time at ``N`` cores projects as
-``serial + (wall − serial) · T / N``.  The sampler needs the GIL, so an interval may span a
+``s = (T − busy) / (T − 1)``, at most 1 (time with less than one core busy, waits on disk or
+on a lock, counts as serial: more cores do not shorten it).  ``s`` is not clipped at 0: the
+two clocks are not read at one instant, and an interval read as busier than ``T`` cores
+balances its neighbour read as less busy (clipped, a fully parallel kernel read as ~15 %
+serial).  A phase's serial seconds are ``Σ s · Δwall`` over its intervals, i.e.
+``(T · wall − CPU) / (T − 1)`` plus the idle time's correction; its time at ``N`` cores projects
+as ``serial + (wall − serial) · T / N``.  The sampler needs the GIL, so an interval may span a
 whole kernel call that holds it: ``s`` is then that call's average, which is what the model
 asks for.  Another program on a shared machine takes cores away and reads as serial time: run
-on a quiet machine and repeat (``--repeat``: medians).
+on a quiet machine and repeat (``--repeat``: medians).  Work split in fewer parts than ``T``
+reads as parallel at ``T`` threads but not at more: the table at 2 threads bounds the serial
+time from below; the projection is checked only by a run on more cores.
 
 Jobs (``--jobs``; data made once in ``--dir``, reused):
 
@@ -97,8 +102,10 @@ class Sampler:
         cs = np.interp(ts, t, c)
         dw, dc = np.diff(ts), np.diff(cs)
         busy = np.divide(dc, dw, out=np.zeros_like(dw), where=dw > 0)
-        s = np.ones_like(dw) if T <= 1 else np.clip((T - busy) / (T - 1), 0.0, 1.0)
-        return float(dw.sum()), float(dc.sum()), float((s * dw).sum())
+        # not clipped at 0: an interval read as busier than T cores (the two clocks are not
+        # read at one instant) balances one read as less busy, as over the whole span
+        s = np.ones_like(dw) if T <= 1 else np.minimum((T - busy) / (T - 1), 1.0)
+        return float(dw.sum()), float(dc.sum()), float(min(max((s * dw).sum(), 0.0), dw.sum()))
 
 
 def _limit(T):
