@@ -162,3 +162,18 @@ def test_the_estimators_n_jobs_is_the_fits_thread_budget():
         _threads(0)
     X = np.random.default_rng(0).normal(size=(300, 3)).astype(np.float32)
     assert DGMM(2, n_jobs=1, random_state=0).fit(X).get_params()["n_jobs"] == 1
+
+
+def test_nearest_centres_on_several_threads_are_those_of_one():
+    """Rows in chunks on two threads: the labels and distances of one thread to the bit, and the
+    nearest centres by brute force."""
+    from streamclust.base.distances import nearest_center
+    rng = np.random.default_rng(5)
+    X, C = rng.normal(size=(20_000, 16)), rng.normal(size=(30, 16))
+    one = nearest_center(X, C, chunk=3000, threads=1)
+    two = nearest_center(X, C, chunk=3000, threads=2)
+    np.testing.assert_array_equal(one[0], two[0])
+    np.testing.assert_array_equal(one[1], two[1])
+    D = ((X[:, None, :] - C[None]) ** 2).sum(2)
+    np.testing.assert_array_equal(one[0], D.argmin(1))
+    np.testing.assert_allclose(one[1], D.min(1), rtol=1e-9, atol=1e-9)

@@ -22,15 +22,33 @@ def pairwise_sqdist(X: np.ndarray, C: np.ndarray, x_sq=None) -> np.ndarray:
     return D
 
 
-def nearest_center(X: np.ndarray, C: np.ndarray, chunk: int = 8192, x_sq=None):
+def nearest_center(X: np.ndarray, C: np.ndarray, chunk: int = 8192, x_sq=None,
+                   threads: int = -1):
     """``(labels int32, squared distance to the nearest centre float64)`` for every row
-    (``x_sq``: the rows' :func:`row_sq`, if known)."""
+    (``x_sq``: the rows' :func:`row_sq`, if known).  Chunks of rows run at once on ``threads``
+    threads (-1: the run's budget, :func:`~streamclust.base.threads.n_threads`), each with
+    one BLAS thread: the same chunks and the same arithmetic whatever the thread count."""
     n = len(X)
     labels = np.empty(n, dtype=np.int32)
     d2 = np.empty(n, dtype=np.float64)
-    for s in range(0, n, chunk):
+
+    def one(s):
         D = pairwise_sqdist(X[s:s + chunk], C, None if x_sq is None else x_sq[s:s + chunk])
         lab = D.argmin(axis=1)
         labels[s:s + chunk] = lab
         d2[s:s + chunk] = D[np.arange(len(lab)), lab]
+
+    starts = range(0, n, chunk)
+    from .threads import n_threads
+    nt = min(n_threads(threads), len(starts))
+    if nt <= 1:
+        for s in starts:
+            one(s)
+        return labels, d2
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .threads import limit_blas
+    with limit_blas(1), ThreadPoolExecutor(max_workers=nt) as pool:
+        for _ in pool.map(one, starts):
+            pass
     return labels, d2

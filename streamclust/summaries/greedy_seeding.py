@@ -24,8 +24,12 @@ BETWEEN_MAX = 2048
 #: embeddings, k = 1 000, 20 trials, 8 192 pool rows: 164M of the pool's 164M computed), and a
 #: product reads each pool row once for all trials instead of once per trial
 GEMM_MIN_WIDTH = 128
-#: rows (pool rows, or centres) of one product, the unit of parallel work
+#: pool rows of one product, the unit of parallel work
 POOL_BLOCK = 512
+#: centres of one product of a centre's chain draws with the centres so far: small enough that
+#: 1 000 centres are 16 parallel parts (as blocks of 512 they were 2, and 14 of 16 threads
+#: waited), fixed so that the products, and so the centres, do not depend on the thread count
+CENTRE_BLOCK = 64
 #: a squared distance below this share of ‖x‖² + ‖c‖² is computed directly: the float32
 #: product's rounding (~1e-6 of it) would be a large part of it (a row's distance to itself)
 NEAR_CANCEL = 1e-3
@@ -166,12 +170,12 @@ def greedy_afkmc2(C, cands, pool, m, trials):
 
 @nb.njit(cache=True, parallel=True)
 def _nearest_gemm(Y, yn, Cs, cn, out):
-    """``out[a] = min_c ‖Y_a − Cs_c‖²`` from float32 products with blocks of ``POOL_BLOCK``
+    """``out[a] = min_c ‖Y_a − Cs_c‖²`` from float32 products with blocks of ``CENTRE_BLOCK``
     centres in parallel (``yn``, ``cn``: the rows' squared norms; :func:`_product_sqdist`)."""
-    nb_ = (Cs.shape[0] + POOL_BLOCK - 1) // POOL_BLOCK
+    nb_ = (Cs.shape[0] + CENTRE_BLOCK - 1) // CENTRE_BLOCK
     part = np.empty((nb_, Y.shape[0]))
     for b in nb.prange(nb_):
-        lo, hi = b * POOL_BLOCK, min(Cs.shape[0], (b + 1) * POOL_BLOCK)
+        lo, hi = b * CENTRE_BLOCK, min(Cs.shape[0], (b + 1) * CENTRE_BLOCK)
         G = np.dot(Y, Cs[lo:hi].T)
         for a in range(Y.shape[0]):
             best = np.inf
