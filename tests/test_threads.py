@@ -177,3 +177,16 @@ def test_nearest_centres_on_several_threads_are_those_of_one():
     D = ((X[:, None, :] - C[None]) ** 2).sum(2)
     np.testing.assert_array_equal(one[0], D.argmin(1))
     np.testing.assert_allclose(one[1], D.min(1), rtol=1e-9, atol=1e-9)
+
+
+def test_the_parallel_sum_of_partials_is_numpys():
+    """``merge_sum`` adds large arrays on all threads: numpy's ``a + b`` to the bit, shapes kept;
+    small, mixed and non-contiguous ones by numpy."""
+    from streamclust.run.executor import merge_sum
+    rng = np.random.default_rng(2)
+    a, b = rng.normal(size=(700, 400)), rng.normal(size=(700, 400))
+    got = merge_sum((a, {"s": b}), (b, {"s": a}))
+    np.testing.assert_array_equal(got[0].view(np.uint64), (a + b).view(np.uint64))
+    assert got[0].shape == a.shape and got[1]["s"].shape == a.shape
+    np.testing.assert_array_equal(merge_sum(a[:, ::2], b[:, ::2]), a[:, ::2] + b[:, ::2])
+    assert merge_sum(np.ones(3), 2.0).tolist() == [3.0, 3.0, 3.0]
