@@ -28,7 +28,7 @@ time from below; the projection is checked only by a run on more cores.
 Jobs (``--jobs``; data made once in ``--dir``, reused):
 
 * ``cache``: the feature cache of ``--emb-rows`` (1M) × 384 float16 unit vectors
-  (``make_embeddings.py``), cosine, float16 cache;
+  (``make_embeddings.py``), cosine, a float32 cache (``--cache-dtype float16``: a float16 one);
 * ``dgmm``: D-GMM k = 1 000 on that cache (built by the job before, reused);
 * ``graph``: the cosine kNN graph (k = 10) of those rows (``knn_graph``, cache reused);
 * ``slk``, ``ncutemb``: k = 10 on ``--digit-rows`` (1M) × 50 ``make_digits.py`` rows;
@@ -36,6 +36,7 @@ Jobs (``--jobs``; data made once in ``--dir``, reused):
 
     python benchmarks/bench_cores.py [--threads 1,2] [--jobs cache,dgmm,graph,slk,ncutemb,infex,ism]
         [--emb-rows 1000000] [--digit-rows 1000000] [--dir DIR] [--repeat 1] [--json OUT]
+        [--cache-dtype float32|float16]
 """
 import argparse
 import json
@@ -53,6 +54,8 @@ sys.path.insert(0, HERE)
 from _common import SHARED_DATA, median, table  # noqa: E402
 
 JOBS = ("cache", "dgmm", "graph", "slk", "ncutemb", "infex", "ism")
+#: the feature cache's type of the cache and dgmm jobs (``--cache-dtype``)
+CACHE_DTYPE = os.environ.get("BENCH_CORES_CACHE_DTYPE", "float32")
 TICK = 0.005
 
 
@@ -158,7 +161,7 @@ def run_job(job, T, d):
         cls = type(host.algorithm(algo)(10))
         if job in ("cache", "dgmm"):
             kw = dict(data=emb, n_clusters=1000, features="x", metric="cosine",
-                      cache_dtype="float16", work_dir=work)
+                      cache_dtype=CACHE_DTYPE, work_dir=work)
             if job == "cache":  # the pass alone: one epoch after it
                 import shutil
                 shutil.rmtree(work, ignore_errors=True)
@@ -226,12 +229,14 @@ def main():
     ap.add_argument("--dir", default=None, help="data and work directories (kept); default a temp")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--json", default=None, help="write the rows here too")
+    ap.add_argument("--cache-dtype", default="float32", choices=["float32", "float16"])
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
         job, T, d = a.child
         print(json.dumps(run_job(job, int(T), d)))
         return
+    os.environ["BENCH_CORES_CACHE_DTYPE"] = a.cache_dtype  # (the children read it)
     threads = [int(t) for t in a.threads.split(",")]
     jobs = [j for j in a.jobs.split(",") if j]
     bad = set(jobs) - set(JOBS)

@@ -1,5 +1,5 @@
-"""Rows of a half-precision cache widened to float32, and rows gathered by id, on all of the
-run's numba threads (one numpy ``astype`` or fancy index holds a single core: on 1M × 384
+"""Rows of a half-precision cache widened to float32, rows gathered by id, rows checked for
+finite values and scaled to unit length, on all of the run's numba threads (one numpy ``astype`` or fancy index holds a single core: on 1M × 384
 float16 rows it was most of a D-GMM epoch's serial time).  Exact: every float16 value is a
 float32 one, read from a table of all 65 536 bit patterns.  Arrays in, arrays out; no I/O
 beyond the memory map's pages the threads touch."""
@@ -68,14 +68,15 @@ def _buffer(shape) -> np.ndarray:
         return out
 
 
-def widen(A) -> np.ndarray:
+def widen(A, kept: bool = True) -> np.ndarray:
     """``A`` (rows × features, float16 or float32) as float32: float32 as it is, float16 widened
-    into an array of this module's (written again once nothing refers to it)."""
+    into an array of this module's, written again once nothing refers to it (``kept=False``: a
+    new array, for rows handed to code outside the engine)."""
     if A.dtype == np.float32:
         return A
     if A.dtype != np.float16 or A.ndim != 2:
         return np.asarray(A, dtype=np.float32)
-    out = _buffer(A.shape)
+    out = _buffer(A.shape) if kept else np.empty(A.shape, np.float32)
     if A.size:
         _widen(_bits(A), _HALF, out)
     return out
@@ -93,4 +94,45 @@ def gather(X, ids) -> np.ndarray:
         _gather(np.asarray(X), ids, out)
     else:
         out[:] = X[ids]
+    return out
+
+
+@nb.njit(cache=True, parallel=True)
+def _finite_rows(X, ok):
+    for i in nb.prange(X.shape[0]):
+        good = True
+        for j in range(X.shape[1]):
+            if not np.isfinite(X[i, j]):
+                good = False
+                break
+        ok[i] = good
+
+
+def finite_rows(X) -> np.ndarray:
+    """Whether every value of each row of ``X`` (2-d float) is finite, rows on all threads."""
+    ok = np.empty(len(X), np.bool_)
+    if X.ndim == 2 and X.dtype in (np.float32, np.float64) and len(X):
+        _finite_rows(X, ok)
+    else:
+        ok[:] = np.isfinite(X).all(axis=1) if X.ndim == 2 else True
+    return ok
+
+
+@nb.njit(cache=True, parallel=True)
+def _unit_rows(X, out):
+    for i in nb.prange(X.shape[0]):
+        s = 0.0
+        for j in range(X.shape[1]):
+            s += np.float64(X[i, j]) * np.float64(X[i, j])
+        norm = np.float32(np.sqrt(s)) if s > 0 else np.float32(1.0)
+        for j in range(X.shape[1]):
+            out[i, j] = X[i, j] / norm
+
+
+def unit_rows(X) -> np.ndarray:
+    """Every row of the float32 matrix ``X`` divided by its Euclidean norm (taken in float64;
+    zero rows stay 0), into a new array, rows on all threads."""
+    out = np.empty(X.shape, np.float32)
+    if X.size:
+        _unit_rows(X, out)
     return out
