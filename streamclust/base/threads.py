@@ -70,12 +70,17 @@ _POOL_VARS = ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "M
               "ARROW_IO_THREADS")
 
 
+#: the budget of the run in progress (:func:`use_threads`), else None
+_RUN = None
+
+
 def n_threads(threads: int | None = -1) -> int:
-    """``threads`` if positive, else the process's budget (:func:`set_process_threads`), else
-    the CPUs this process may use (:func:`available_cpus`)."""
+    """``threads`` if positive, else the budget of the run in progress (:func:`use_threads`),
+    else the process's (:func:`set_process_threads`), else the CPUs this process may use
+    (:func:`available_cpus`)."""
     if threads and threads > 0:
         return int(threads)
-    return _PROCESS or available_cpus()
+    return _RUN or _PROCESS or available_cpus()
 
 
 def set_process_threads(threads: int = -1) -> int:
@@ -124,14 +129,17 @@ def use_threads(threads: int | None = -1, blas: int | None = 1):
     BLAS on at most ``blas`` (default 1: numba kernels own the cores; None: BLAS as it is),
     both restored on exit.  Yields the budget."""
     import numba
+    global _RUN
     budget = n_threads(threads)
-    before = numba.get_num_threads()
+    before, run_before = numba.get_num_threads(), _RUN
     numba.set_num_threads(numba_threads(budget))
+    _RUN = budget
     try:
         with limit_blas(None if blas is None else min(int(blas), budget)):
             yield budget
     finally:
         numba.set_num_threads(before)
+        _RUN = run_before
 
 
 @contextlib.contextmanager

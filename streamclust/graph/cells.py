@@ -114,14 +114,20 @@ def _nearest(XG, cents, out):
 def assign(X, start: int, stop: int, centres, out, batch_size: int) -> np.ndarray:
     """Each row's nearest centre into ``out[start:stop]`` (int32); returns the rows per cell."""
     c_sq = (centres * centres).sum(1)
-    counts = np.zeros(len(centres), np.int64)
     step = _step(batch_size, len(centres))
-    for s in range(start, stop, step):
+
+    def one(s):
         e = min(stop, s + step)
         own = nearest_centres(X[s:e], centres, c_sq, step)
         out[s:e] = own
-        counts += np.bincount(own, minlength=len(centres))
-    return counts
+        return np.bincount(own, minlength=len(centres))
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..base.threads import n_threads
+    with ThreadPoolExecutor(max_workers=n_threads(-1)) as pool:  # chunks on the run's threads
+        parts = list(pool.map(one, range(start, stop, step)))
+    return np.sum(parts, axis=0, dtype=np.int64) if parts else np.zeros(len(centres), np.int64)
 
 
 def bucket(path: str, counts: np.ndarray, pairs) -> np.ndarray:
