@@ -12,6 +12,7 @@ counter-based generators derive every stream from the seed, the epoch and the ro
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -34,18 +35,6 @@ def _fsync_dir(path):
         pass
 
 
-def _copy_hashed(src: str, dst: str) -> dict:
-    """Copy ``src`` to ``dst``; returns the size and sha256 of what was copied."""
-    h = hashlib.sha256()
-    size = 0
-    with open(src, "rb") as fi, open(dst, "wb") as fo:
-        for block in iter(lambda: fi.read(1 << 22), b""):
-            h.update(block)
-            fo.write(block)
-            size += len(block)
-    return {"size": size, "sha256": h.hexdigest()}
-
-
 def _digest(path: str) -> dict:
     h = hashlib.sha256()
     size = 0
@@ -56,26 +45,52 @@ def _digest(path: str) -> dict:
     return {"size": size, "sha256": h.hexdigest()}
 
 
+#: the checkpoint of each work directory still being finished behind the run: (thread, errors)
+_PENDING: dict = {}
+
+
 def write(work_dir: str, identity: dict, epoch: int, history: list, extra: dict,
           algo_state: dict) -> None:
-    """Write the checkpoint after ``epoch`` epochs (see the module docstring)."""
+    """Write the checkpoint after ``epoch`` epochs (see the module docstring).  What the next
+    epoch changes (the row state, the algorithm's arrays) is copied before this returns; the
+    copies' checksums, ``checkpoint.json`` and the renames that make it the checkpoint are
+    done by a thread while the next epoch runs (1M × 5 row state: 30 ms an epoch → 10 ms).
+    :func:`wait` (and so :func:`find`) waits for it; until then the previous checkpoint is the
+    complete one."""
+    wait(work_dir)
     tmp = os.path.join(work_dir, CKPT + ".tmp")
-    final = os.path.join(work_dir, CKPT)
-    old = os.path.join(work_dir, CKPT + ".old")
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     arrays = {k: np.asarray(v) for k, v in algo_state.items() if isinstance(v, np.ndarray)}
     other = {k: v for k, v in algo_state.items() if not isinstance(v, np.ndarray)}
     np.savez(os.path.join(tmp, "arrays.npz"), **arrays)
     states = sorted(n for n in os.listdir(work_dir) if n.startswith("state_") and n.endswith(".npy"))
-    files = {"arrays.npz": _digest(os.path.join(tmp, "arrays.npz"))}
     for name in states:
-        files[name] = _copy_hashed(os.path.join(work_dir, name), os.path.join(tmp, name))
-    meta = {"identity": identity, "epoch": epoch, "history": history, "extra": extra,
-            "algorithm_state": other, "arrays": sorted(arrays), "row_state": states,
-            "files": files}
+        shutil.copyfile(os.path.join(work_dir, name), os.path.join(tmp, name))
+    # as JSON now: the history and the algorithm's lists change in the next epoch
+    meta = json.loads(json.dumps(jsonable(
+        {"identity": identity, "epoch": epoch, "history": history, "extra": extra,
+         "algorithm_state": other, "arrays": sorted(arrays), "row_state": states})))
+    import threading
+    errors: list = []
+
+    def finish():
+        try:
+            _finish(work_dir, tmp, meta, ["arrays.npz"] + states)
+        except BaseException as e:  # noqa: BLE001 - raised by the next wait(), in the run
+            errors.append(e)
+
+    t = threading.Thread(target=finish, name="streamclust-checkpoint", daemon=True)
+    _PENDING[os.path.abspath(work_dir)] = (t, errors)
+    t.start()
+
+
+def _finish(work_dir, tmp, meta, names):
+    final = os.path.join(work_dir, CKPT)
+    old = os.path.join(work_dir, CKPT + ".old")
+    meta["files"] = {name: _digest(os.path.join(tmp, name)) for name in names}
     with open(os.path.join(tmp, "checkpoint.json"), "w") as f:
-        json.dump(jsonable(meta), f)
+        json.dump(meta, f)
         f.flush()
         os.fsync(f.fileno())
     _fsync_dir(tmp)
@@ -87,9 +102,32 @@ def write(work_dir: str, identity: dict, epoch: int, history: list, extra: dict,
     shutil.rmtree(old, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def behind(work_dir: str):
+    """Inside it checkpoints may be finished behind the run; on leaving, the last is waited for
+    (its error raised, unless another error is leaving already)."""
+    try:
+        yield
+    except BaseException:
+        wait(work_dir, raise_errors=False)
+        raise
+    wait(work_dir)
+
+
+def wait(work_dir: str, raise_errors: bool = True) -> None:
+    """Until the checkpoint being finished in ``work_dir`` is (its error raised here)."""
+    pending = _PENDING.pop(os.path.abspath(work_dir), None)
+    if pending is None:
+        return
+    pending[0].join()
+    if pending[1] and raise_errors:
+        raise pending[1][0]
+
+
 def find(work_dir: str) -> str | None:
     """The complete checkpoint directory of ``work_dir`` (``checkpoint``, or ``checkpoint.old``
-    when a kill fell between the two renames), else None."""
+    when a kill fell between the two renames), else None; one being written is waited for."""
+    wait(work_dir)
     for name in (CKPT, CKPT + ".old"):
         path = os.path.join(work_dir, name)
         if os.path.isfile(os.path.join(path, "checkpoint.json")):

@@ -247,7 +247,8 @@ def _loop(st: _State, first: int, max_epochs: int, host) -> bool:
     last = st.run.history[-1] if len(st.run.history) > st.since else {}
     if last.get("converged") or last.get("stopped"):
         return bool(last.get("converged"))
-    with _bar(st.show, total=max_epochs, initial=first, unit="epoch", desc=st.algo.name) as bar:
+    with checkpoint.behind(st.ctx.work_dir), \
+            _bar(st.show, total=max_epochs, initial=first, unit="epoch", desc=st.algo.name) as bar:
         for epoch in range(first, max_epochs):
             check()
             done = _epoch(st, epoch, host)
