@@ -19,6 +19,7 @@ took the old ones; only those are indexed and enter old rows' lists.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -90,9 +91,14 @@ def _centres(X, n, settings, nt, assigned, batch_size, indexed=0):
     """Centres with no empty cell and none over :data:`SPLIT_OVER` times ``cell_rows`` (up to
     :data:`SPLIT_ROUNDS` splits), and the rows per cell (``assigned`` filled); the cells are
     sized by the rows they index (``indexed``: the reference rows, when not all)."""
-    count = n_cells(indexed or n, settings["cell_rows"], nt, settings["min_cell_rows"])
+    m = indexed or n
+    count = n_cells(m, settings["cell_rows"], nt, settings["min_cell_rows"])
     centres = coarse_centres(X, n, count, settings["seed"])
-    limit = SPLIT_OVER * settings["cell_rows"] * n / (indexed or n)  # in rows of all
+    # a cell per thread (more threads than cell_rows asks for cells): their own size bounds
+    # them, so that none holds the threads' build up alone (16 threads, 1M rows: 62 500 a cell,
+    # none over 125 000 rather than 200 000); else cell_rows does (as on few threads)
+    size = settings["cell_rows"] if count == math.ceil(m / settings["cell_rows"]) else m / count
+    limit = SPLIT_OVER * size * n / m  # in rows of all
     rounds = 0
     while True:
         counts = assign(X, 0, n, centres, assigned, batch_size)
