@@ -200,3 +200,33 @@ def test_wide_rows_join_their_leaves_through_the_gram_matrix_as_pair_by_pair():
     for a, b in zip(plain, lists):
         np.testing.assert_array_equal(a, b)
     assert (lists[0] >= 0).all()
+
+
+def test_descent_in_rounds_on_several_threads_finds_the_neighbours_as_one_thread_does():
+    """NN-descent in rounds (a large cell on every thread): the exact neighbours as the
+    one-thread descent finds them, distances kept as the rows', and the same lists on one and
+    on two threads (rounds of a fixed size: the threads only split the work)."""
+    import numba
+
+    from streamclust.graph import rounds as R
+    X, _ = make_blobs(n=6000, k=6, d=8, seed=1, spread=1.5)
+    X = np.ascontiguousarray(X, dtype=np.float32)
+    exact, _ = _exact(X, X, 10, np.arange(len(X)))
+    got = []
+    before = numba.get_num_threads()
+    try:
+        for t in (1, min(2, numba.config.NUMBA_NUM_THREADS)):
+            numba.set_num_threads(t)
+            lists = _lists(len(X), 12)
+            D.random_init(X, lists, 0, 7)
+            its = R.descent_rounds(X, lists, (24, 50, 0.001, 7))
+            got.append(lists)
+    finally:
+        numba.set_num_threads(before)
+    ids, d2, _ = got[0]
+    assert 1 < its < 50 and _recall(ids[:, :10], exact) >= 0.99
+    np.testing.assert_allclose(d2, ((X[:, None, :] - X[ids]) ** 2).sum(2), rtol=1e-4, atol=1e-4)
+    assert (np.diff(d2, axis=1) >= 0).all()
+    np.testing.assert_array_equal(got[0][0], got[1][0])
+    np.testing.assert_array_equal(got[0][1], got[1][1])
+    assert R.round_shape(24)[0] * R.ROUND_BLOCKS < len(X)  # several rounds an iteration

@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ..base.atomic import atomic_save_npy
+from ..base.threads import use_threads
 from .cellbuild import build_cell
 from .cells import (assign, assigned_pairs, bucket, coarse_centres, count_pairs, n_cells,
                     probe_pairs, probe_ratio)
@@ -166,7 +167,15 @@ def _own_cells(st, lists_out, first, assigned, start, stop, counts, kq, extend):
     cells = [int(c) for c in np.argsort(-counts, kind="stable") if counts[c]]  # largest first
     items = [(st.source, d, c, (path, int(offsets[c]), int(offsets[c + 1])), st.settings,
               bs, kq, extend) for c in cells]
-    _run(st.executor, st.nt, build_cell, items, [int(counts[c]) for c in cells],
+    if not extend and st.nt > 1 and not getattr(st.executor, "distributed", False):
+        # a cell of more rows than a thread's share (and ROUNDS_MIN_ROWS) would hold the other
+        # threads up: such cells first, one at a time on every thread (NN-descent in rounds)
+        share = max(int(counts.sum()) / st.nt, ROUNDS_MIN_ROWS)
+        with use_threads(st.nt, blas=None):
+            for item in (it for it in items if counts[it[2]] > share):
+                build_cell(*item, progress=st.progress, threads=st.nt)
+        items = [it for it in items if counts[it[2]] <= share]
+    _run(st.executor, st.nt, build_cell, items, [int(counts[it[2]]) for it in items],
          st.progress)
     results = [("own", c) for c in cells]
     if st.settings.get("reference_rows"):  # the rows outside the sample: searched, in parts
@@ -185,6 +194,11 @@ def _own_cells(st, lists_out, first, assigned, start, stop, counts, kq, extend):
             keep = rows >= 0
             ids[rows[keep]], d2[rows[keep]] = r_ids[a:b][keep], r_d2[a:b][keep]
     return cells
+
+
+#: a cell is built on every thread (:mod:`.rounds`) only from this many rows: below, its
+#: NN-descent takes about a second on one (and the graphs of small data stay those of one)
+ROUNDS_MIN_ROWS = 50_000
 
 
 #: with reference rows, the rows outside the sample are searched in their cell's graph in about

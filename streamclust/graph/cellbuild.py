@@ -21,7 +21,8 @@ from .walk import CellSearch, search_graph
 log = logging.getLogger("streamclust")
 
 
-def build_cell(source, directory, c, lists, settings, batch_size, kq, extend=False, progress=None):
+def build_cell(source, directory, c, lists, settings, batch_size, kq, extend=False, progress=None,
+               threads=1):
     """Task: cell ``c``'s graph by NN-descent over its rows (``lists``: the bucket file and the
     range of it holding them; with ``extend`` they join the cell's saved graph, whose rows'
     lists are kept and only improved), single-threaded so that it is a function of the rows
@@ -29,7 +30,8 @@ def build_cell(source, directory, c, lists, settings, batch_size, kq, extend=Fal
     (the others are searched in the graph by :func:`.searches.search_own`, in parts).  Writes
     the cell's graph files and the ``own`` result files: the ``kq`` nearest cell rows of every
     row the cell holds (``.rows.npy`` says which; with ``extend`` also the old rows whose lists
-    the new rows changed)."""
+    the new rows changed).  ``threads`` > 1: a new cell's NN-descent runs in rounds on numba's
+    threads (:mod:`.rounds`: a large cell that would hold a build up alone)."""
     from .descent import descent, join_new, random_init
     from .trees import forest_init
     X, rows = open_rows(source), bucket_rows(lists)
@@ -77,8 +79,9 @@ def build_cell(source, directory, c, lists, settings, batch_size, kq, extend=Fal
                                       np.zeros((m, wide), np.uint8), wide, 2 * wide)
         forest_init(Xc, (ids, d2, flags), forest(m, kb, seed))
         random_init(Xc, (ids, d2, flags), 0, seed)
-        its = descent(Xc, (ids, d2, flags), (mc, 50, 0.001, seed))
-        ids, d2 = _widen(Xc, (ids, d2, flags), settings, rng)
+        run = descent if threads <= 1 else _rounds
+        its = run(Xc, (ids, d2, flags), (mc, 50, 0.001, seed))
+        ids, d2 = _widen(Xc, (ids, d2, flags), settings, rng, run=run)
         log.debug("kNN cell %d: %d rows read in %.2f s, NN-descent %d iterations %.2f s", c,
                   m, t1 - t0, its, time.perf_counter() - t1)
     if os.path.exists(cell_path(directory, c)):  # an index of fewer rows: the new ones join it
@@ -145,7 +148,12 @@ CELL_RECALL = 0.98
 WIDEN_SLOPE, WIDEN_MISS = 1.9, 0.006
 
 
-def _widen(Xc, lists, settings, rng, sample=200):
+def _rounds(X, lists, params):
+    from .rounds import descent_rounds
+    return descent_rounds(X, lists, params)
+
+
+def _widen(Xc, lists, settings, rng, sample=200, run=None):
     """The cell's lists, built again longer while a sample of its rows finds fewer than
     :data:`CELL_RECALL` of their exact k nearest in the first k entries and the lists are
     shorter than 4k.  Data of high intrinsic dimension need this: 20 000 rows of 64-wide
@@ -176,7 +184,7 @@ def _widen(Xc, lists, settings, rng, sample=200):
         seed = int(rng.integers(2 ** 31))
         forest_init(Xc, wide, forest(m, w, seed))
         random_init(Xc, wide, 0, seed)
-        descent(Xc, wide, (2 * w, 50, 0.001, seed))
+        (run or descent)(Xc, wide, (2 * w, 50, 0.001, seed))
         ids, d2, flags = wide
 
 

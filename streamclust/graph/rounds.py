@@ -1,0 +1,131 @@
+"""NN-descent of one large cell on all threads, in rounds (a cell that would hold the build up
+alone: more rows than a thread's share of the data, see ``build._own_cells``).
+
+:func:`.descent.descent` joins row after row, each join's list changes seen by the next.  Here
+an iteration's rows go in rounds of a fixed number of rows: the joins of a round's rows are
+computed on all threads (blocks of rows, each its own list of proposals: pairs nearer than the
+last entry of either list as the round began), then applied on all threads, each thread the
+rows of its own range, every row's proposals in block order.  So each row sees its proposals in
+the same order whatever the thread count, and the graph is a function of the rows and the seed,
+as a cell built on one thread is (not the same graph: a round's joins see the lists of its
+start).  Candidates are sampled as in :func:`.descent.descent`, on one thread (their random
+draws in one order).  Arrays in, arrays out; no I/O.
+"""
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from .descent import _candidates, _d2, _push
+
+#: proposals a round holds at most (12 bytes each: 48 MB), its rows as many as fit
+ROUND_PAIRS = 1 << 22
+#: blocks of a round: the unit of parallel work (fixed: the result does not depend on threads)
+ROUND_BLOCKS = 64
+
+
+def round_shape(mc: int) -> tuple[int, int]:
+    """(rows a block, pairs a block holds at most) for candidate lists of ``mc``: every pair of
+    a row's new candidates and each new against each old one."""
+    per_row = mc * (mc - 1) // 2 + mc * mc
+    rows = max(1, ROUND_PAIRS // (ROUND_BLOCKS * per_row))
+    return rows, rows * per_row
+
+
+@nb.njit(cache=True, inline="always")
+def _put(out, b, n, pqd):
+    out[0][b, n] = pqd[0]
+    out[1][b, n] = pqd[1]
+    out[2][b, n] = pqd[2]
+    return n + 1
+
+
+@nb.njit(cache=True, parallel=True)
+def _propose(X, lists, cand, lo, hi, out):
+    """Rows ``lo..hi-1`` joined in blocks of ``out[0].shape[1] // pairs a row`` rows: block b's
+    pairs nearer than the last entry of either list into ``out = (P, Q, D, count)`` row b."""
+    # (a tuple argument unpacked as ``a, b = t`` loses the prange body's writes through its
+    # arrays with numba 0.68; taken item by item they hold)
+    d2, count = lists[1], out[3]
+    new, old = cand[0], cand[1]
+    k, mc = d2.shape[1], new.shape[1]
+    per_row = mc * (mc - 1) // 2 + mc * mc
+    rows = out[0].shape[1] // per_row
+    blocks = (hi - lo + rows - 1) // rows
+    for b in nb.prange(blocks):
+        n = 0
+        for r in range(lo + b * rows, min(hi, lo + (b + 1) * rows)):
+            for a in range(mc):
+                p = new[r, a]
+                if p < 0:
+                    continue
+                for e in range(a + 1, mc + mc):
+                    q = new[r, e] if e < mc else old[r, e - mc]
+                    if q < 0 or q == p:
+                        continue
+                    d = _d2(X, p, q)
+                    if d < d2[p, k - 1] or d < d2[q, k - 1]:
+                        n = _put(out, b, n, (p, q, d))
+        count[b] = n
+
+
+@nb.njit(cache=True, parallel=True)
+def _apply(lists, out, blocks, parts):
+    """The proposals of ``blocks`` blocks pushed into both rows' lists; thread part t pushes into
+    the rows of its range only, every row's in block order.  Returns the entries changed."""
+    ids, d2, flags = lists[0], lists[1], lists[2]  # (not ``= lists``: see _propose)
+    P, Q, D, count = out[0], out[1], out[2], out[3]
+    m = ids.shape[0]
+    changed = np.zeros(parts, np.int64)
+    for t in nb.prange(parts):
+        lo, hi = t * m // parts, (t + 1) * m // parts
+        c = 0
+        for b in range(blocks):
+            for i in range(count[b]):
+                p, q, d = P[b, i], Q[b, i], D[b, i]
+                if lo <= p < hi:
+                    c += _push(ids, d2, flags, p, q, d)
+                if lo <= q < hi:
+                    c += _push(ids, d2, flags, q, p, d)
+        changed[t] = c
+    return changed.sum()
+
+
+@nb.njit(cache=True, nogil=True)
+def _sample_candidates(lists, cand, seed, first):
+    """:func:`.descent._candidates` with numba's generator of this thread seeded at the first
+    iteration (as :func:`.descent.descent` seeds it), so that the draws follow the seed."""
+    if first:
+        np.random.seed(seed)
+    _candidates(lists, cand)
+
+
+def descent_rounds(X, lists, params, out=None):
+    """:func:`.descent.descent` in rounds on all of numba's threads (the module's text);
+    ``out``: a round's proposal arrays (:func:`proposals`; made when not given).  Returns the
+    iterations run."""
+    ids = lists[0]
+    mc, max_it, delta, seed = params
+    m, k = ids.shape
+    out = proposals(mc) if out is None else out
+    cand = tuple(np.empty((m, mc), t) for t in (np.int32, np.int32, np.float32, np.float32))
+    rows = out[0].shape[1] // (mc * (mc - 1) // 2 + mc * mc)  # a block's
+    step = rows * out[0].shape[0]  # a round's
+    parts = nb.get_num_threads()
+    for it in range(max_it):
+        _sample_candidates(lists, cand, seed, it == 0)
+        changed = 0
+        for lo in range(0, m, step):
+            hi = min(m, lo + step)
+            _propose(X, lists, cand[:2], lo, hi, out)
+            changed += _apply(lists, out, (hi - lo + rows - 1) // rows, parts)
+        if changed <= delta * k * m:
+            return it + 1
+    return max_it
+
+
+def proposals(mc: int):
+    """The arrays :func:`descent_rounds` holds a round's proposals in."""
+    rows, cap = round_shape(mc)
+    return (np.empty((ROUND_BLOCKS, cap), np.int32), np.empty((ROUND_BLOCKS, cap), np.int32),
+            np.empty((ROUND_BLOCKS, cap), np.float32), np.zeros(ROUND_BLOCKS, np.int64))
