@@ -230,3 +230,20 @@ def test_descent_in_rounds_on_several_threads_finds_the_neighbours_as_one_thread
     np.testing.assert_array_equal(got[0][0], got[1][0])
     np.testing.assert_array_equal(got[0][1], got[1][1])
     assert R.round_shape(24)[0] * R.ROUND_BLOCKS < len(X)  # several rounds an iteration
+
+
+def test_the_forest_on_several_threads_gives_the_lists_of_one():
+    """Random-projection trees' leaves joined on all threads (a large cell): the lists of
+    ``trees.forest_init`` to the bit, narrow rows and wide ones (joined through the Gram matrix
+    after the first tree)."""
+    from streamclust.graph import rounds as R
+    rng = np.random.default_rng(4)
+    Z, _ = make_blobs(n=5000, k=6, d=8, seed=3, spread=1.5)
+    for X in (Z, Z @ rng.normal(size=(8, 200)) + 0.05 * rng.normal(size=(5000, 200))):
+        X = np.ascontiguousarray(X, dtype=np.float32)
+        a, b = _lists(len(X), 16), _lists(len(X), 16)
+        T.forest_init(X, a, T.forest(len(X), 16, 9))
+        R.forest_init_threads(X, b, T.forest(len(X), 16, 9))
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)
+        assert (a[0] >= 0).all()

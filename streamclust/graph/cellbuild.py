@@ -77,11 +77,12 @@ def build_cell(source, directory, c, lists, settings, batch_size, kq, extend=Fal
             ids, d2, flags, kb, mc = (np.full((m, wide), -1, np.int32),
                                       np.full((m, wide), np.inf, np.float32),
                                       np.zeros((m, wide), np.uint8), wide, 2 * wide)
-        forest_init(Xc, (ids, d2, flags), forest(m, kb, seed))
+        init = forest_init if threads <= 1 else _forest_threads
+        init(Xc, (ids, d2, flags), forest(m, kb, seed))
         random_init(Xc, (ids, d2, flags), 0, seed)
         run = descent if threads <= 1 else _rounds
         its = run(Xc, (ids, d2, flags), (mc, 50, 0.001, seed))
-        ids, d2 = _widen(Xc, (ids, d2, flags), settings, rng, run=run)
+        ids, d2 = _widen(Xc, (ids, d2, flags), settings, rng, run=run, init=init)
         log.debug("kNN cell %d: %d rows read in %.2f s, NN-descent %d iterations %.2f s", c,
                   m, t1 - t0, its, time.perf_counter() - t1)
     if os.path.exists(cell_path(directory, c)):  # an index of fewer rows: the new ones join it
@@ -153,7 +154,12 @@ def _rounds(X, lists, params):
     return descent_rounds(X, lists, params)
 
 
-def _widen(Xc, lists, settings, rng, sample=200, run=None):
+def _forest_threads(X, lists, params):
+    from .rounds import forest_init_threads
+    return forest_init_threads(X, lists, params)
+
+
+def _widen(Xc, lists, settings, rng, sample=200, run=None, init=None):
     """The cell's lists, built again longer while a sample of its rows finds fewer than
     :data:`CELL_RECALL` of their exact k nearest in the first k entries and the lists are
     shorter than 4k.  Data of high intrinsic dimension need this: 20 000 rows of 64-wide
@@ -182,7 +188,7 @@ def _widen(Xc, lists, settings, rng, sample=200, run=None):
         wide[0][:, :ids.shape[1]], wide[1][:, :ids.shape[1]] = ids, d2
         wide[2][:, :ids.shape[1]] = 1  # joined again with the new entries
         seed = int(rng.integers(2 ** 31))
-        forest_init(Xc, wide, forest(m, w, seed))
+        (init or forest_init)(Xc, wide, forest(m, w, seed))
         random_init(Xc, wide, 0, seed)
         (run or descent)(Xc, wide, (2 * w, 50, 0.001, seed))
         ids, d2, flags = wide

@@ -16,7 +16,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from .descent import _candidates, _d2, _push
+from .descent import _candidates, _d2, _join, _push, join_gram, sq_norms
+from .trees import GRAM_WIDTH, rp_leaves
 
 #: proposals a round holds at most (12 bytes each: 48 MB), its rows as many as fit
 ROUND_PAIRS = 1 << 22
@@ -129,3 +130,47 @@ def proposals(mc: int):
     rows, cap = round_shape(mc)
     return (np.empty((ROUND_BLOCKS, cap), np.int32), np.empty((ROUND_BLOCKS, cap), np.int32),
             np.empty((ROUND_BLOCKS, cap), np.float32), np.zeros(ROUND_BLOCKS, np.int64))
+
+
+@nb.njit(cache=True, parallel=True)
+def _leaves(X, params, orders, starts, counts):
+    """Every tree's leaves (:func:`.trees.rp_leaves`), the trees on all threads."""
+    leaf, seed = params[1], params[2]
+    for t in nb.prange(orders.shape[0]):
+        order, st = rp_leaves(X, leaf, seed + t)
+        orders[t] = order
+        counts[t] = st.shape[0]
+        starts[t, :st.shape[0]] = st
+
+
+@nb.njit(cache=True, parallel=True)
+def _join_leaves(X, lists, leaves, norms, gram):
+    """Every pair of rows sharing a leaf of one tree compared, the leaves on all threads (a
+    row is in one leaf of a tree: no two threads touch one list)."""
+    order, starts = leaves[0], leaves[1]
+    ids, d2, flags = lists[0], lists[1], lists[2]  # (not ``= lists``: see _propose)
+    for i in nb.prange(starts.shape[0] - 1):
+        lo, hi = starts[i], starts[i + 1]
+        if gram and hi - lo > 1:
+            rows = np.empty((hi - lo, X.shape[1]), np.float32)
+            join_gram(X, (ids, d2, flags), (order[lo:hi], hi - lo), norms, rows)
+            continue
+        for a in range(lo, hi):
+            for b in range(a + 1, hi):
+                _join(X, ids, d2, flags, order[a], order[b])
+
+
+def forest_init_threads(X, lists, params):
+    """:func:`.trees.forest_init` on all of numba's threads, the same lists to the bit: the
+    trees' leaves at once, then tree after tree its leaves at once."""
+    trees, leaf, seed = params
+    m = len(X)
+    orders = np.empty((trees, m), np.int64)
+    starts = np.empty((trees, m + 1), np.int64)
+    counts = np.empty(trees, np.int64)
+    _leaves(X, (trees, leaf, seed), orders, starts, counts)
+    gram = X.shape[1] > GRAM_WIDTH
+    sq = sq_norms(X) if gram else np.empty(0, np.float32)
+    norms = (sq, np.sqrt(sq))
+    for t in range(trees):
+        _join_leaves(X, lists, (orders[t], starts[t, :counts[t]]), norms, gram and t > 0)
