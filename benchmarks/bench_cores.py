@@ -21,7 +21,9 @@ serial).  A phase's serial seconds are ``Σ s · Δwall`` over its intervals, i.
 as ``serial + (wall − serial) · T / N``.  The sampler needs the GIL, so an interval may span a
 whole kernel call that holds it: ``s`` is then that call's average, which is what the model
 asks for.  Another program on a shared machine takes cores away and reads as serial time: run
-on a quiet machine and repeat (``--repeat``: medians).  Work split in fewer parts than ``T``
+on a quiet machine and repeat (``--repeat``: medians).  Threads that spin while they wait (BLAS
+pools given more than one thread) read as busy: a serial share is only as good as the process
+keeps its idle threads asleep (the engine runs BLAS on one thread during a fit).  Work split in fewer parts than ``T``
 reads as parallel at ``T`` threads but not at more: the table at 2 threads bounds the serial
 time from below; the projection is checked only by a run on more cores.
 
