@@ -155,6 +155,8 @@ def run_job(job, T, d):
     work = os.path.join(d, "work_emb")
     extra = {}
     if job == "graph":
+        import shutil
+        shutil.rmtree(os.path.join(d, "work_graph"), ignore_errors=True)  # built, not reused
         cls, call = None, lambda: streamclust.knn_graph(emb, 10, features="x", metric="cosine",
                                                         work_dir=os.path.join(d, "work_graph"),
                                                         progress=False, threads=T)
