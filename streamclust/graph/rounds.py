@@ -8,15 +8,16 @@ last entry of either list as the round began), then applied on all threads, each
 rows of its own range, every row's proposals in block order.  So each row sees its proposals in
 the same order whatever the thread count, and the graph is a function of the rows and the seed,
 as a cell built on one thread is (not the same graph: a round's joins see the lists of its
-start).  Candidates are sampled as in :func:`.descent.descent`, on one thread (their random
-draws in one order).  Arrays in, arrays out; no I/O.
+start, and the candidates' random priorities are counter-based, drawn per list entry, so that
+rows sample theirs on all threads too).  Arrays in, arrays out; no I/O.
 """
 from __future__ import annotations
 
 import numba as nb
 import numpy as np
 
-from .descent import _candidates, _d2, _join, _push, join_gram, sq_norms
+from ..base.rng import rng_init, rng_uniform
+from .descent import _d2, _join, _push, _sample, join_gram, sq_norms
 from .trees import GRAM_WIDTH, rp_leaves
 
 #: proposals a round holds at most (12 bytes each: 48 MB), its rows as many as fit
@@ -93,12 +94,72 @@ def _apply(lists, out, blocks, parts):
 
 
 @nb.njit(cache=True, nogil=True)
-def _sample_candidates(lists, cand, seed, first):
-    """:func:`.descent._candidates` with numba's generator of this thread seeded at the first
-    iteration (as :func:`.descent.descent` seeds it), so that the draws follow the seed."""
-    if first:
-        np.random.seed(seed)
-    _candidates(lists, cand)
+def _reverse(ids, ptr, src):
+    """Every row's reverse entries, the positions ``r * k + t`` with ``ids[r, t]`` the row, in
+    that order (CSR: ``ptr``, ``src``)."""
+    m, k = ids.shape
+    ptr[:] = 0
+    for r in range(m):
+        for t in range(k):
+            if ids[r, t] >= 0:
+                ptr[ids[r, t] + 1] += 1
+    for x in range(m):
+        ptr[x + 1] += ptr[x]
+    fill = ptr[:m].copy()
+    for r in range(m):
+        for t in range(k):
+            c = ids[r, t]
+            if c >= 0:
+                src[fill[c]] = r * k + t
+                fill[c] += 1
+
+
+@nb.njit(cache=True, inline="always")
+def _priority(seed, stream, e):
+    return np.float32(rng_uniform(rng_init(seed, stream, e))[1])
+
+
+@nb.njit(cache=True, parallel=True)
+def _candidates_rounds(lists, cand, rev, key):
+    """:func:`.descent._candidates` on all threads: a row's new (then old) candidates are the
+    lowest-priority of its own and its reverse entries flagged new (old), each entry's priority
+    drawn from its position and ``key = (seed, iteration)`` (counter-based: no draw depends on
+    another), its own entries first, then the reverse ones in row order; the new entries
+    sampled are flagged old.  Each thread writes only the rows it takes."""
+    ids, d2, flags = lists[0], lists[1], lists[2]  # (not ``= lists``: see _propose)
+    new, old, pn, po = cand[0], cand[1], cand[2], cand[3]
+    ptr, src = rev[0], rev[1]
+    m, k = ids.shape
+    seed, it = key[0], key[1]
+    for x in nb.prange(m):
+        new[x] = -1
+        for t in range(k):
+            if ids[x, t] >= 0 and flags[x, t]:
+                _sample(new, pn, x, ids[x, t], _priority(seed, 2 * it, x * k + t))
+        for e in range(ptr[x], ptr[x + 1]):
+            r, t = src[e] // k, src[e] % k
+            if flags[r, t]:
+                _sample(new, pn, x, r, _priority(seed, 2 * it, src[e]))
+    for x in nb.prange(m):  # old candidates matter only beside new ones
+        old[x] = -1
+        if new[x, 0] < 0:
+            continue
+        for t in range(k):
+            if ids[x, t] >= 0 and not flags[x, t]:
+                _sample(old, po, x, ids[x, t], _priority(seed, 2 * it + 1, x * k + t))
+        for e in range(ptr[x], ptr[x + 1]):
+            r, t = src[e] // k, src[e] % k
+            if not flags[r, t]:
+                _sample(old, po, x, r, _priority(seed, 2 * it + 1, src[e]))
+    for x in nb.prange(m):
+        for t in range(k):
+            c = ids[x, t]
+            if c < 0 or not flags[x, t]:
+                continue
+            for u in range(new.shape[1]):
+                if new[x, u] == c:
+                    flags[x, t] = 0
+                    break
 
 
 def descent_rounds(X, lists, params, out=None):
@@ -113,8 +174,10 @@ def descent_rounds(X, lists, params, out=None):
     rows = out[0].shape[1] // (mc * (mc - 1) // 2 + mc * mc)  # a block's
     step = rows * out[0].shape[0]  # a round's
     parts = nb.get_num_threads()
+    rev = (np.empty(m + 1, np.int64), np.empty(m * k, np.int64))
     for it in range(max_it):
-        _sample_candidates(lists, cand, seed, it == 0)
+        _reverse(ids, rev[0], rev[1])
+        _candidates_rounds(lists, cand, rev, (seed, it))
         changed = 0
         for lo in range(0, m, step):
             hi = min(m, lo + step)
