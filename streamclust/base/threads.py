@@ -87,12 +87,17 @@ def set_process_threads(threads: int = -1) -> int:
     """The budget of this whole process (``threads``, or -1: the CPUs it may use, affinity and
     quota): the thread pools not started yet are sized to it through their environment
     variables (a variable already set is kept unless ``threads`` is given), numba's and Arrow's
-    started ones are limited to it, and every later ``threads=-1`` means it.  Returns it."""
+    started ones are limited to it, and every later ``threads=-1`` means it.  Arrow's I/O pool
+    (threads that wait on storage, 8 by default) is sized only when ``threads`` is given.
+    Returns it."""
     import sys
     global _PROCESS
     check_threads(threads)
     budget = n_threads(threads)
     for var in _POOL_VARS:
+        # Arrow's I/O threads mostly wait on storage (8 by default): sized only when asked
+        if var == "ARROW_IO_THREADS" and threads <= 0:
+            continue
         if threads > 0 or var not in os.environ:
             os.environ[var] = str(budget)
     if threads > 0 or _PROCESS is None:
@@ -103,7 +108,8 @@ def set_process_threads(threads: int = -1) -> int:
     if "pyarrow" in sys.modules:
         import pyarrow
         pyarrow.set_cpu_count(_PROCESS)
-        pyarrow.set_io_thread_count(_PROCESS)
+        if threads > 0:
+            pyarrow.set_io_thread_count(_PROCESS)
     return _PROCESS
 
 
