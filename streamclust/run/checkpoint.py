@@ -56,7 +56,8 @@ def write(work_dir: str, identity: dict, epoch: int, history: list, extra: dict,
     copies' checksums, ``checkpoint.json`` and the renames that make it the checkpoint are
     done by a thread while the next epoch runs (1M × 5 row state: 30 ms an epoch → 10 ms).
     :func:`wait` (and so :func:`find`) waits for it; until then the previous checkpoint is the
-    complete one."""
+    complete one.  The engine waits at the end of that epoch, before its hook: what a hook of
+    epoch e sees on disk is the checkpoint of epoch e − 1, as when it was written in place."""
     wait(work_dir)
     tmp = os.path.join(work_dir, CKPT + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -223,6 +223,7 @@ def _epoch(st: _State, epoch: int, host) -> bool:
     before = ctx.distance_evaluations
     t = time.perf_counter()
     rep = algo.run_epoch(ctx)
+    checkpoint.wait(ctx.work_dir)  # the last epoch's, finished behind this one: done before the hook
     record = {"epoch": epoch, "objective": float(rep.objective), "rows": int(rep.rows),
               "seconds": time.perf_counter() - t,
               "distance_evaluations": int(rep.distance_evaluations) + ctx.distance_evaluations - before,
