@@ -271,3 +271,26 @@ def test_worker_memory_is_what_the_workers_say_of_themselves(dask_executor):
     got = dask_executor.worker_memory()
     assert [(a, b, t) for a, b, t in got] == [(a, int(own[a][0]), own[a][1]) for a in sorted(own)]
     assert len(got) == 2
+
+
+def test_a_scatter_to_a_dead_worker_is_tried_again_on_the_workers_left():
+    """distributed's connect retries a killed worker's address for 30 s: the executor's scatter
+    has a limit of its own and then goes to the workers the scheduler lists afresh."""
+    from streamclust.run.dask_executor import DaskExecutor
+
+    class Client:
+        calls = []
+
+        def scatter(self, data, **kw):
+            self.calls.append(kw)
+            if len(self.calls) == 1:
+                raise TimeoutError("connect to tcp://dead:1 timed out")
+            return ["future"]
+
+    ex = DaskExecutor.__new__(DaskExecutor)
+    ex.client = Client()
+    ex._workers = lambda: {"tcp://b:2": {}, "tcp://a:1": {}}
+    assert ex._scatter({"means": np.zeros(3)}) == "future"
+    first, second = Client.calls
+    assert first["workers"] is None and second["workers"] == ["tcp://a:1", "tcp://b:2"]
+    assert 0 < first["timeout"] < 30 and first["timeout"] == second["timeout"]

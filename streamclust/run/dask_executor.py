@@ -38,6 +38,9 @@ from .executor import LocalExecutor, average_states, merge_sum, spread
 
 log = logging.getLogger(__name__)
 
+#: a pass's parameters get this long to reach a worker, plus their bytes at this rate
+SCATTER_SECONDS, SCATTER_BYTES_PER_SECOND = 10.0, 50e6
+
 try:
     from distributed.diagnostics.plugin import WorkerPlugin as _WorkerPlugin
 except ImportError:  # the extra is missing: DaskExecutor says so when it is used
@@ -291,10 +294,16 @@ class DaskExecutor:
         ``values``: memory-mapped arrays travel as their values (workers that cannot open the
         client's files)."""
         import time
+        from distributed.sizeof import sizeof
         packed = pack_values(params) if values else pack(params)
+        # distributed's connect retries a dead worker's address for its whole connect timeout
+        # (30 s): a short limit of our own, with room for the bytes, then the workers left
+        limit = SCATTER_SECONDS + sizeof(packed) / SCATTER_BYTES_PER_SECOND
+        workers = None
         for attempt in range(tries):
             try:
-                return self.client.scatter([packed], broadcast=False, hash=False)[0]
+                return self.client.scatter([packed], broadcast=False, hash=False,
+                                           workers=workers, timeout=limit)[0]
             except Terminated:
                 raise
             except Exception as e:  # noqa: BLE001 - a closed connection or timeout, by its type
@@ -306,6 +315,7 @@ class DaskExecutor:
                 log.warning("Dask: sending a pass's parameters failed (%s); trying again",
                             type(e).__name__)
                 time.sleep(0.5 * (attempt + 1))
+                workers = sorted(self._workers()) or None  # asked afresh: the lost one gone
 
     def scan(self, step: Callable, data, carry, params, *, blocks, state=(),
              combine: Callable | None = None, progress: Callable[[int], None] | None = None):
