@@ -11,7 +11,7 @@ _EXPORTS = {
     "PluginError": "errors", "StreamclustError": "errors", "fit": "run.engine",
     "KNNGraph": "graph.knn", "knn_graph": "graph.knn", "Model": "model.fitted",
     "load_model": "model.fitted", "PluginHost": "plugins", "open_data": "data.sources",
-    "Source": "data.sources",
+    "Source": "data.sources", "lake": "data.formats",
     "Context": "run.context", "update": "run.update",
 }
 

@@ -10,7 +10,8 @@ import click
 from . import cli_explore
 from .cli_shared import (INT32, cache_dtype_option, dask_executor, exclude_option, features_option,
                          json_option, metric_option, parse_set, print_result, quiet_logging,
-                         setup_logging, split_names, threads_option)
+                         setup_logging, split_names, threads_option,
+                         where_option)
 from .errors import StreamclustError
 
 
@@ -80,7 +81,8 @@ def main(ctx, verbose, log_level):
 @cache_dtype_option
 @click.option("--set", "sets", multiple=True, metavar="NAME=VALUE", help="Algorithm parameter.")
 @click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True)
-@click.option("--batch-size", type=click.IntRange(1, INT32), default=65536, show_default=True)
+@click.option("--batch-size", type=click.IntRange(1), default=65536, show_default=True,
+              help="Rows a batch (more than the memory budget allows: the largest it allows).")
 @click.option("--max-epochs", type=click.IntRange(1, INT32), default=100, show_default=True)
 @click.option("--work-dir", default=None, help="Keep the feature cache and row state here.")
 @click.option("--update", "update", is_flag=True,
@@ -104,6 +106,7 @@ def main(ctx, verbose, log_level):
 @click.option("--overwrite", is_flag=True, help="Replace the model in an existing --out.")
 @json_option
 @threads_option
+@where_option
 def fit(data, algorithm, clusters, features, exclude, scale, metric, cache_dtype, sets, seed, batch_size, max_epochs,
         work_dir, update, skip_invalid, quiet, scheduler, workers, worker_cache, resume, out,
         overwrite, as_json, memory_limit):
@@ -222,7 +225,8 @@ def _update(data, work_dir, sets, max_epochs, quiet, scheduler, workers, resume,
 @click.argument("data")
 @click.option("--out", "-o", required=True, help="Parquet file to write.")
 @click.option("--keep", multiple=True, help="Columns to pass through (default: all non-feature columns).")
-@click.option("--batch-size", type=click.IntRange(1, INT32), default=65536, show_default=True)
+@click.option("--batch-size", type=click.IntRange(1), default=65536, show_default=True,
+              help="Rows a batch (more than the memory budget allows: the largest it allows).")
 @click.option("--skip-invalid", is_flag=True, help="Label rows with NaN/inf -1 instead of failing.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --out (never an input file).")
 @click.option("--soft", is_flag=True, help="Add 'soft': the probability of every cluster (list<float32>).")
@@ -234,6 +238,7 @@ def _update(data, work_dir, sets, max_epochs, quiet, scheduler, workers, resume,
 @click.option("--workers", type=click.IntRange(1, 10_000), default=None, help="Workers of --scheduler local (default 2).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar (shown on a terminal).")
 @threads_option
+@where_option
 def predict(model_dir, data, out, keep, batch_size, skip_invalid, overwrite, soft, soft_top,
             scheduler, workers, quiet):
     """Label every row of DATA with MODEL_DIR; write passthrough columns + cluster to --out."""
@@ -260,10 +265,12 @@ def predict(model_dir, data, out, keep, batch_size, skip_invalid, overwrite, sof
 @click.argument("model_dir")
 @click.argument("data")
 @click.option("--labels", required=True, help="Column with the true classes.")
-@click.option("--batch-size", type=click.IntRange(1, INT32), default=65536, show_default=True)
+@click.option("--batch-size", type=click.IntRange(1), default=65536, show_default=True,
+              help="Rows a batch (more than the memory budget allows: the largest it allows).")
 @click.option("--skip-invalid", is_flag=True, help="Leave rows with NaN/inf features out.")
 @json_option
 @threads_option
+@where_option
 def evaluate(model_dir, data, labels, batch_size, skip_invalid, as_json):
     """Score MODEL_DIR on DATA against --labels: nmi, acc (one-to-one), acc_many_to_one (= purity),
     and for centroid models the mean quantization_error."""
@@ -279,10 +286,12 @@ def evaluate(model_dir, data, labels, batch_size, skip_invalid, as_json):
 @click.option("--labels", default=None, help="Column with true classes: scores and a confusion table.")
 @click.option("--sample", type=click.IntRange(10, INT32), default=3000, show_default=True,
               help="Rows drawn (uniformly, in the same pass) for the projection.")
-@click.option("--batch-size", type=click.IntRange(1, INT32), default=65536, show_default=True)
+@click.option("--batch-size", type=click.IntRange(1), default=65536, show_default=True,
+              help="Rows a batch (more than the memory budget allows: the largest it allows).")
 @click.option("--skip-invalid", is_flag=True, help="Leave rows with NaN/inf out.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --out.")
 @threads_option
+@where_option
 def report(model_dir, data, out, labels, sample, batch_size, skip_invalid, overwrite):
     """One self-contained HTML page of MODEL_DIR: parameters, history curves and, with DATA,
     cluster sizes, a 2-D projection and (--labels) scores (one pass over DATA)."""

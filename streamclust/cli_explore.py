@@ -9,7 +9,7 @@ import click
 
 from .cli_shared import (INT32, cache_dtype_option, dask_executor, exclude_option, features_option,
                          json_option, metric_option, parse_set, print_result, split_names,
-                         threads_option)
+                         threads_option, where_option)
 
 @click.command()
 @click.argument("data")
@@ -27,13 +27,15 @@ from .cli_shared import (INT32, cache_dtype_option, dask_executor, exclude_optio
 @metric_option
 @click.option("--set", "sets", multiple=True, metavar="NAME=VALUE", help="Algorithm parameter.")
 @click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True)
-@click.option("--batch-size", type=click.IntRange(1, INT32), default=65536, show_default=True)
+@click.option("--batch-size", type=click.IntRange(1), default=65536, show_default=True,
+              help="Rows a batch (more than the memory budget allows: the largest it allows).")
 @click.option("--skip-invalid", is_flag=True, help="Leave rows with NaN/inf out.")
 @click.option("--out", "-o", default=None, help="Also write the curves and the table to this HTML page.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --out.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @json_option
 @threads_option
+@where_option
 def sweep(data, algorithm, ks, sample, seeds, features, exclude, scale, metric, sets, seed, batch_size,
           skip_invalid, out, overwrite, quiet, as_json):
     """Fit ALGORITHM on a sample of DATA for a range of k; print the criteria and suggest k."""
@@ -76,7 +78,8 @@ def sweep(data, algorithm, ks, sample, seeds, features, exclude, scale, metric, 
               help="Length of a row's list while its cell is built by NN-descent (0: max(12, 1.2 k)).")
 @click.option("--M", "m", type=click.IntRange(2, 65_535), default=16, show_default=True,
               help="Links per row of the hnswlib index built for queries (predict).")
-@click.option("--batch-size", type=click.IntRange(1, INT32), default=65536, show_default=True)
+@click.option("--batch-size", type=click.IntRange(1), default=65536, show_default=True,
+              help="Rows a batch (more than the memory budget allows: the largest it allows).")
 @click.option("--scheduler", default=None, metavar="ADDRESS",
               help="Build and search the cells on a dask.distributed cluster (or 'local'); --out "
                    "must be reachable by every worker.")
@@ -88,6 +91,7 @@ def sweep(data, algorithm, ks, sample, seeds, features, exclude, scale, metric, 
               help="Search each row's neighbours among a uniform sample of this many rows (0: all rows).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars (shown on a terminal).")
 @threads_option
+@where_option
 def graph(data, neighbors, features, exclude, scale, metric, cache_dtype, out, cell_rows, ef, degree, m, batch_size,
           scheduler, workers, memory_limit, reference_rows, quiet):
     """Build the kNN graph of DATA (ids N×k int64, distances N×k float32) into --out."""
@@ -154,6 +158,7 @@ def plugins(as_json):
 @features_option
 @exclude_option
 @json_option
+@where_option
 def info(data, features, exclude, as_json):
     """Rows, columns, files and the feature columns a fit would take (reads metadata only)."""
     from .data.sources import open_data
@@ -161,6 +166,7 @@ def info(data, features, exclude, as_json):
     src = d.source
     print_result({"source": src.name, "rows": src.n_rows, "files": len(getattr(src, "files", [])) or None,
             "columns": {f.name: str(f.type) for f in src.schema},
+            "partition_columns": list(getattr(src, "partition_columns", ())),
             "features": list(d.spec.columns), "n_features": d.n_features,
             "features_left_out": d.left_out,
             "cache_bytes": None if src.n_rows is None else src.n_rows * d.n_features * 4}, as_json)

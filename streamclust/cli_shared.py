@@ -111,3 +111,24 @@ def dask_executor(scheduler, workers, worker_cache="auto"):
         return None
     from .run.dask_executor import DaskExecutor
     return DaskExecutor(scheduler=scheduler, n_workers=workers, worker_cache=worker_cache)
+
+
+def where_option(f):
+    """``--where EXPR``: the command reads only the Parquet files of DATA whose ``key=value``
+    directories match EXPR (DATA becomes :func:`streamclust.lake` ``(DATA, where=EXPR)``)."""
+    import functools
+
+    @functools.wraps(f)
+    def run(*args, where=None, **kw):
+        if where is not None:
+            if kw.get("data") is None:
+                raise click.UsageError("--where selects files of DATA; give DATA")
+            from .data.formats import lake
+            kw["data"] = lake(kw["data"], where=where)
+        return f(*args, **kw)
+    return click.option(
+        "--where", default=None, metavar="EXPR",
+        help="Read only the files of DATA whose partition directories (key=value, as Spark, "
+             "DuckDB and pyarrow write them) match EXPR, e.g. \"day >= '2026-12-02' and hour in "
+             "(1, 2)\": comparisons, in (...), is [not] null, and/or/not; other files are never "
+             "opened.")(run)

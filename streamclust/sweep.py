@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .base.memory import batch_for
 from .errors import DataError, ParameterError
 
 
@@ -54,7 +55,7 @@ def draw_sample(data, n: int, seed: int = 0, features=None, exclude=None, batch_
     from .data.sources import open_data
     d = open_data(data, features=features, exclude=exclude, on_invalid=on_invalid)
     sampler = RowSampler(n, seed)
-    for b in d.iter_batches(batch_size):
+    for b in d.iter_batches(batch_for(batch_size, d.n_rows, d.n_features)):
         ids = np.arange(b.start, b.start + (len(b.X) if b.kept is None else len(b.kept)))
         sampler.add(ids if b.kept is None else ids[b.kept], b.X)
     if not len(sampler):

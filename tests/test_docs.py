@@ -35,7 +35,7 @@ def test_readme_quickstart_and_ci():
 # -- every command the docs show runs -------------------------------------------------------------
 # Each page's `streamclust ...` lines (from ```bash blocks, `\` continuations joined) run in order
 # in a fresh directory holding the inputs the docs name: `data/` (Parquet: id, label, x as a
-# list column, segment, topic), `new-data/`, `big/`, `data.csv` (p0..p7, label).  Commands that
+# list column, segment, topic), `new-data/`, `big/`, `data.csv` (p0..p7, label), `lake/` (day=…/hour=…).  Commands that
 # need what no test machine has are left out, each with its reason.
 import glob  # noqa: E402
 import shlex  # noqa: E402
@@ -82,6 +82,11 @@ def _inputs(where):
                           "segment": pa.array(segment[rows].astype(np.int64)),
                           "topic": pa.array(y[rows].astype(np.int64))})
             pq.write_table(t, os.path.join(where, name, f"part-{part}.parquet"))
+    days = np.array(["2026-12-01", "2026-12-02", "2026-12-03"])[np.arange(len(X)) % 3]
+    pq.write_to_dataset(pa.table({"id": np.arange(len(X)), "label": y.astype(np.int64), "day": days,
+                                  "hour": np.arange(len(X)) % 4,
+                                  "x": pa.FixedSizeListArray.from_arrays(pa.array(X.reshape(-1)), X.shape[1])}),
+                        os.path.join(where, "lake"), partition_cols=["day", "hour"])
     cols = {f"p{j}": X[:, j] for j in range(X.shape[1])}
     pacsv.write_csv(pa.table({**cols, "label": y.astype(np.int64)}), os.path.join(where, "data.csv"))
 

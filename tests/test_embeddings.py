@@ -205,7 +205,7 @@ def test_the_cache_pass_says_when_float16_values_are_dictionary_encoded(tmp_path
     nothing of a plain column (same values), of other columns, when the cache is reused, or
     when the column is too small for it to matter."""
     import logging
-    from streamclust.data import formats
+    from streamclust.data import formats, parquet
     Q = _sphere(n=1400, d=24, seed=2)[0].astype(np.float16)
     slow = _write(str(tmp_path / "slow.parquet"), Q, pa.float16())
     plain = str(tmp_path / "plain.parquet")
@@ -214,7 +214,7 @@ def test_the_cache_pass_says_when_float16_values_are_dictionary_encoded(tmp_path
         pq.ParquetFile(plain).metadata.row_group(0).column(1).encodings
     # 1 400 x 24 values take milliseconds: not worth a line at the default threshold
     assert formats.ParquetSource(slow).read_notes(["embedding"]) == []
-    monkeypatch.setattr(formats, "DICT_HALF_MIN_VALUES", 1400 * 24)
+    monkeypatch.setattr(parquet, "DICT_HALF_MIN_VALUES", 1400 * 24)
     runs = {}
     for name, path in (("slow", slow), ("plain", plain), ("again", slow)):
         caplog.clear()

@@ -300,11 +300,13 @@ def test_a_dropped_sigterm_exception_still_stops_at_the_next_batch():
     assert LocalExecutor().aggregate(lambda b, s, p: 1, open_data(X), None, batch_size=10) == 10
 
 
-@pytest.mark.parametrize("command,option", [
-    ("fit", "--batch-size"), ("fit", "--max-epochs"), ("fit", "-k"), ("fit", "--seed"),
-    ("predict", "--batch-size"), ("graph", "--neighbors"), ("graph", "--cell-rows"),
-    ("graph", "--batch-size")])
-def test_an_integer_option_out_of_range_is_one_line_naming_it(blob_dir, tmp_path, command, option):
+@pytest.mark.parametrize("command,option,value", [
+    ("fit", "--batch-size", "0"), ("fit", "--max-epochs", str(2**63)), ("fit", "-k", str(2**63)),
+    ("fit", "--seed", str(2**63)), ("predict", "--batch-size", "0"),
+    ("graph", "--neighbors", str(2**63)), ("graph", "--cell-rows", str(2**63)),
+    ("graph", "--batch-size", "-1")])  # a batch above memory is lowered (test_memory_limit)
+def test_an_integer_option_out_of_range_is_one_line_naming_it(blob_dir, tmp_path, command, option,
+                                                               value):
     from click.testing import CliRunner
 
     from streamclust.cli import main
@@ -312,9 +314,9 @@ def test_an_integer_option_out_of_range_is_one_line_naming_it(blob_dir, tmp_path
             "predict": ["predict", str(tmp_path / "m"), blob_dir, "--out", str(tmp_path / "p.parquet")],
             "graph": ["graph", blob_dir, "--out", str(tmp_path / "g")]}[command]
     if option in args:
-        args[args.index(option) + 1] = str(2**63)
+        args[args.index(option) + 1] = value
     else:
-        args += [option, str(2**63)]
+        args += [option, value]
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 2, res.output
     assert "Invalid value for" in res.output and f"'{option}'" in res.output, res.output

@@ -207,7 +207,12 @@ def test_dask_workers_batches_and_cells_are_checked_against_their_own_memory(tmp
     from streamclust.graph.knn import fit_cells
     X = np.random.default_rng(0).normal(size=(2000, 64)).astype(np.float32)
     work = str(tmp_path / "w")
+    from streamclust.base.memory import largest_batch
     small = BASELINE + 2 * batch_bytes(2000, 64) - (1 << 20)  # not two batches of 2000 rows
+    ex = _Workers([("tcp://a:1", 8 * 2**30, 1), ("tcp://b:2", small, 2)])
+    # a batch larger than a worker holds is lowered to what it holds (a batch a thread) ...
+    assert largest_batch(4 * 10**9, 64, 0, ex.workers) == (small - BASELINE) // (2 * 64 * 32) < 2000
+    small = BASELINE + 2 * batch_bytes(1, 64) - 1  # ... and not even one row: the error
     ex = _Workers([("tcp://a:1", 8 * 2**30, 1), ("tcp://b:2", small, 2)])
     with pytest.raises(ParameterError, match=r"too small for Dask worker tcp://b:2: the process "
                                              r"and 2 batch\(es\) of 2000 rows × 64"):
@@ -261,3 +266,32 @@ def test_cell_rows_0_takes_the_default_of_the_rows_width(tmp_path):
     streamclust.knn_graph(X, 5, work_dir=str(tmp_path / "w"), memory_limit="8GB")
     meta = json.load(open(tmp_path / "w" / "knn" / "knn.json"))
     assert meta["cell_rows"] == 100_000
+
+
+def test_a_batch_larger_than_memory_allows_is_the_largest_it_allows(tmp_path, caplog):
+    """``batch_size=10**12`` (``--batch-size 1000000000000``): the largest batch the budget
+    allows, said in one line; the fit is the one with that batch given."""
+    import logging
+    import re
+    X, _ = make_blobs(n=120_000, k=4, d=16, seed=1)
+    X = X.astype(np.float32)
+    limit = BASELINE + (40 << 20)
+    with caplog.at_level(logging.WARNING, logger="streamclust"):
+        big = streamclust.fit(X, "dgmm", 4, batch_size=10**12, memory_limit=limit, progress=False)
+    said = [r.getMessage() for r in caplog.records if "rows a batch" in r.getMessage()]
+    assert len(said) == 1, said
+    rows = int(re.search(r"allows: (\d+) rows a batch", said[0]).group(1))
+    assert rows < len(X) and BASELINE + batch_bytes(rows, 16) <= limit
+    given = streamclust.fit(X, "dgmm", 4, batch_size=rows, memory_limit=limit, progress=False)
+    np.testing.assert_array_equal(big.means_, given.means_)
+    data = str(tmp_path / "d.parquet")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    pq.write_table(pa.table({"x": pa.FixedSizeListArray.from_arrays(pa.array(X.reshape(-1)), 16)}), data)
+    r = CliRunner().invoke(main, ["fit", data, "-k", "4", "--batch-size", "1000000000000", "-q",
+                                  "--memory-limit", str(limit), "-o", str(tmp_path / "m")])
+    assert r.exit_code == 0, r.output
+    assert "rows a batch" in r.output
+    r = CliRunner().invoke(main, ["predict", str(tmp_path / "m"), data, "--batch-size", "1000000000000",
+                                  "-q", "-o", str(tmp_path / "p.parquet")])
+    assert r.exit_code == 0, r.output

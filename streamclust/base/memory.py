@@ -2,16 +2,21 @@
 are estimated to hold, so that a run that cannot fit stops before its first pass."""
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import dataclass, field
 
 from ..errors import ParameterError
 
+log = logging.getLogger(__name__)
+
 #: the Python process with numpy, pyarrow, numba and hnswlib loaded (measured RssAnon ~200 MiB)
 BASELINE = 256 << 20
 #: the default budget: this share of the memory available when the run starts
 DEFAULT_SHARE = 0.5
+#: the most rows of a batch (the kernels index rows with int32)
+MAX_BATCH = 2**31 - 1
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
 
@@ -134,6 +139,39 @@ def check_worker_batches(limit: int, workers, batch_size: int, n_features: int) 
                 f"batch(es) of {batch_size} rows × {n_features} features (one a thread) need "
                 f"about {mib(need)}; lower batch_size, or raise memory_limit and the workers' "
                 "memory")
+
+
+def largest_batch(limit: int, n_features: int, held: int = 0, workers=(), share: float = 1.0) -> int:
+    """The most rows a batch may hold: ``share`` of what ``limit`` leaves beside the process
+    and ``held`` bytes (the sample, coreset and what the algorithm declares), and on each
+    worker a batch a thread beside the process; at most ``MAX_BATCH``."""
+    row = batch_bytes(1, n_features)
+    rows = int((limit - BASELINE - held) * share) // row
+    for _, lim, t in worker_budgets(limit, workers):
+        rows = min(rows, (lim - BASELINE) // (t * row))
+    return min(rows, MAX_BATCH)
+
+
+def fit_batch(limit: int, batch_size: int, n_features: int, held: int = 0, workers=(),
+              share: float = 1.0) -> int:
+    """``batch_size``, or the largest batch the budget allows when it asks for more (said in
+    one line); when not even one row fits, ``batch_size`` (the checks then say what is needed)."""
+    most = largest_batch(limit, n_features, held, workers, share)
+    if batch_size <= most or most < 1:
+        return batch_size
+    log.warning("a batch of %d rows is more than the memory budget (%s) allows: %d rows a batch (%d "
+                "features, about %s)", batch_size, mib(limit), most, n_features,
+                mib(batch_bytes(most, n_features)))
+    return most
+
+
+def batch_for(batch_size: int, rows, n_features: int, memory_limit=None) -> int:
+    """The batch a command without a memory plan (predict, evaluate, report) reads:
+    ``batch_size``, lowered to what the budget allows when that is less than it and the data's
+    ``rows`` (when known); at most ``MAX_BATCH``."""
+    asked = min(batch_size, rows) if rows else batch_size
+    fits = fit_batch(budget(memory_limit), min(asked, MAX_BATCH), n_features)
+    return fits if fits < asked else min(batch_size, MAX_BATCH)
 
 
 @dataclass

@@ -110,11 +110,12 @@ def describe_features(spec: FeatureSpec, left_out: dict) -> str:
     return f"{head}; not used: {why}"
 
 
-def select_features(schema: pa.Schema, features, origin: str, exclude=(), reserved=()) -> Selection:
+def select_features(schema: pa.Schema, features, origin: str, exclude=(), reserved=(),
+                    partitions=()) -> Selection:
     """Choose the feature columns.  ``features``: None (the only list column, else every numeric
-    column except ``reserved`` ones (the algorithm's label columns), ``exclude`` ones and those
-    named like labels or ids), a name, a glob (``p*``) or a list of them; ``exclude``: names or
-    globs taken out of the selection."""
+    column except ``reserved`` ones (the algorithm's label columns), ``exclude`` ones, the
+    source's ``partitions`` columns and those named like labels or ids), a name, a glob (``p*``)
+    or a list of them; ``exclude``: names or globs taken out of the selection."""
     names = _unique_names(schema, origin)
     excluded = set(_match(names, _names(exclude), origin, "excluded column"))
     left_out = {}
@@ -132,6 +133,8 @@ def select_features(schema: pa.Schema, features, origin: str, exclude=(), reserv
                 left_out[f.name] = "used by the algorithm"
             elif f.name in excluded:
                 left_out[f.name] = "excluded"
+            elif f.name in partitions:
+                left_out[f.name] = "a partition column (key=value directories)"
             elif looks_like_label_or_id(f.name):
                 left_out[f.name] = "a label or id by its name"
             else:

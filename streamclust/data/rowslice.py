@@ -18,6 +18,7 @@ class RowSlice(Source):
 
     def __init__(self, source: Source, start: int, stop: int):
         self.schema, self.default_features = source.schema, source.default_features
+        self.partition_columns = getattr(source, "partition_columns", ())
         self.name = f"{source.name} (rows {start}..{stop})"
         self.start, self.stop = int(start), int(stop)
         self.n_rows = self.stop - self.start

@@ -24,9 +24,11 @@ class Source:
     is the Arrow schema, ``n_rows`` the row count or None when unknown before a pass; a source
     made of files lists them in ``files`` (an update then reads only the files added since).
     ``name`` names the input in messages; ``default_features`` the feature columns taken when
-    none are named (None: every numeric column)."""
+    none are named (None: every numeric column); ``partition_columns`` the columns of the
+    schema that are the files' ``key=value`` directories (never features unless named)."""
 
     rereadable = True
+    partition_columns: tuple = ()
     name = "source"
     default_features = None
     schema: pa.Schema
@@ -34,6 +36,9 @@ class Source:
 
     def record_batches(self, columns, batch_size: int) -> Iterator[tuple[str, int, pa.RecordBatch]]:
         raise NotImplementedError
+
+    def __str__(self) -> str:
+        return self.name
 
     def fingerprint(self) -> str | None:
         """A string that changes when the data change, or None if unknown (no caching)."""
@@ -125,10 +130,30 @@ def open_data(data, features=None, on_invalid: str = "error", exclude=(), reserv
         spec, left_out = default, {}
     else:
         sel = select_features(source.schema, features if features is not None else default,
-                              source.name, exclude=exclude, reserved=reserved)
+                              source.name, exclude=exclude, reserved=reserved,
+                              partitions=getattr(source, "partition_columns", ()))
         spec, left_out = sel.spec, sel.left_out
     n_features = _peek_n_features(source, spec)
     if n_features < 1:
         raise DataError(f"{source.name}: feature column '{spec.columns[0]}' has no values")
     passthrough = tuple(n for n in source.schema.names if n not in spec.columns)
     return Data(source, spec, n_features, on_invalid, passthrough, left_out)
+
+
+def check_schemas(schemas: list[tuple[str, pa.Schema]]) -> pa.Schema:
+    """The schema of files whose ``(path, schema)`` are given: the first, when every other equals
+    it; else a :class:`DataError` naming the file and column that differ."""
+    first_path, first = schemas[0]
+    for path, s in schemas[1:]:
+        if s.equals(first):
+            continue
+        for f in first:
+            if f.name not in s.names:
+                raise DataError(f"{path}: column '{f.name}' missing (present in {first_path}); "
+                                f"schemas differ between files")
+            if not s.field(f.name).type.equals(f.type):
+                raise DataError(f"{path}: column '{f.name}' is {s.field(f.name).type} but "
+                                f"{f.type} in {first_path}; schemas differ between files")
+        extra = [n for n in s.names if n not in first.names]
+        raise DataError(f"{path}: extra columns {extra} not in {first_path}; schemas differ between files")
+    return first

@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 
 from ..algorithm import Algorithm
 from ..base.atomic import atomic_path, check_output_file
+from ..base.memory import batch_for
 from ..errors import DataError
 from ..data.features import FeatureSpec
 from .metrics import Contingency
@@ -158,7 +159,7 @@ class Model:
         rows = skipped = 0
         with atomic_path(out) as tmp:
             with pq.ParquetWriter(tmp, schema) as w:
-                for b in d.iter_batches(batch_size, keep=keep):
+                for b in d.iter_batches(batch_for(batch_size, d.n_rows, d.n_features), keep=keep):
                     arrays, n_skipped = self._label_batch(b, keep, top, added)
                     w.write_table(pa.Table.from_arrays(arrays, schema=schema))
                     skipped += n_skipped
@@ -213,7 +214,7 @@ class Model:
         non-feature column) and ``cluster`` (int32, the model's ids; -1 for rows skipped under
         ``on_invalid='skip'``), and with ``soft`` the columns of :meth:`predict_to_parquet`.
         ``source``: a ``pyarrow.RecordBatchReader`` (DuckDB's ``fetch_record_batch()``, a
-        Flight stream …), a pyarrow dataset or Table, anything with the Arrow C stream interface
+        Flight stream …), a pyarrow dataset or Table, a :func:`streamclust.lake`, anything with the Arrow C stream interface
         (a polars DataFrame), or an iterable of record batches, tables or pandas / polars data
         frames of one schema.  Memory holds one batch: the stream is read as it is consumed."""
         from .streaming import predict_batches
@@ -244,7 +245,7 @@ class Model:
         q = 0.0
         rows = unlabeled = skipped = 0
         from ..base.distances import nearest_center
-        for b in d.iter_batches(batch_size, keep=[labels]):
+        for b in d.iter_batches(batch_for(batch_size, d.n_rows, d.n_features), keep=[labels]):
             Z = self._model_rows(b.X)
             pred = self.algorithm_.predict(Z).labels
             truth = b.columns.column(labels)

@@ -18,6 +18,7 @@ import time
 import numpy as np
 
 from ..base.atomic import atomic_path, check_output_file
+from ..base.memory import batch_for
 from ..errors import DataError
 from . import page
 
@@ -40,7 +41,8 @@ def scan(model, data, labels=None, sample: int = 3000, batch_size: int = 65536, 
     table = Contingency(model.n_clusters)
     sampler = RowSampler(sample, seed)
     rows = 0
-    for b in d.iter_batches(batch_size, keep=[labels] if labels else []):
+    for b in d.iter_batches(batch_for(batch_size, d.n_rows, d.n_features),
+                            keep=[labels] if labels else []):
         Z = model._model_rows(b.X)
         pred = np.asarray(model.algorithm_.predict(Z).labels, dtype=np.int64)
         sizes += np.bincount(pred[pred >= 0], minlength=model.n_clusters)[:model.n_clusters]

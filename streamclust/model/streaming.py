@@ -6,18 +6,26 @@ from typing import Iterator
 
 import pyarrow as pa
 
+from ..base.memory import batch_for
 from ..data.batch import Data
 from ..data.formats import TableSource, _frame_to_arrow
+from ..data.sources import Source
 from ..errors import DataError
 
 
-def as_reader(source) -> pa.RecordBatchReader:
+def as_reader(source, batch_size: int = 65536) -> pa.RecordBatchReader:
     """A one-shot :class:`pyarrow.RecordBatchReader` over ``source``: a reader, a pyarrow
-    dataset, Table or RecordBatch, anything with the Arrow C stream interface (DuckDB results,
-    polars frames), a pandas / polars DataFrame, or an iterable of record batches, tables or
-    data frames (all of one schema).  Nothing is read ahead beyond the first item."""
+    dataset, Table or RecordBatch, a :class:`~streamclust.Source` (``streamclust.lake(path,
+    where=…)``: files with their partition columns), anything with the Arrow C stream interface
+    (DuckDB results, polars frames), a pandas / polars DataFrame, or an iterable of record
+    batches, tables or data frames (all of one schema).  Nothing is read ahead beyond the first
+    item."""
     if isinstance(source, pa.RecordBatchReader):
         return source
+    if isinstance(source, Source):
+        names = source.schema.names
+        return pa.RecordBatchReader.from_batches(
+            source.schema, (rb for _, _, rb in source.record_batches(names, batch_size)))
     if isinstance(source, (pa.Table, pa.RecordBatch)):
         return (source if isinstance(source, pa.Table) else pa.Table.from_batches([source])).to_reader()
     try:
@@ -76,7 +84,8 @@ def _batches(item) -> list:
 def predict_batches(model, source, keep=None, batch_size: int = 65536, on_invalid: str = "error",
                     soft: int | bool = 0, top: int = 0) -> Iterator[pa.RecordBatch]:
     """See :meth:`streamclust.Model.predict_batches` (``top``: the soft columns' width)."""
-    reader = as_reader(source)
+    batch_size = batch_for(batch_size, None, model.n_features)
+    reader = as_reader(source, batch_size)
     spec = model.feature_spec
     names = reader.schema.names
     for c in spec.columns:

@@ -26,6 +26,7 @@ from ..plugins import PluginHost
 from ..data.scaling import check_scale
 from ..data.transforms import check_metric, row_transform
 from ..data.cache import check_cache_dtype
+from ..base.memory import MAX_BATCH
 from ..data.sources import open_data
 from .shards import end_run, worker_cache
 
@@ -314,7 +315,7 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
     thread budget, shared by numba kernels, BLAS and the graph's pools (default -1: the CPUs
     this process may use, its affinity mask and its container's CPU quota).
     """
-    _check_int("batch_size", batch_size, 1)
+    _check_int("batch_size", batch_size, 1, 2**63 - 1)  # more than memory allows: lowered
     _check_int("max_epochs", max_epochs, 1)
     if blas_threads is not None:
         _check_int("blas_threads", blas_threads, 1)
@@ -332,9 +333,10 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
     log.info("%s: %s", d.source.name, describe_features(d.spec, d.left_out))
     rows = d.n_rows  # a batch never holds more rows than the data (None: not known up front)
     executor = _executor(executor, client)
-    knn_options, plan = _budget(memory_limit, algo, req, d.n_features,
-                                min(batch_size, rows) if rows else batch_size, knn_options, rows,
-                                executor)
+    asked = min(batch_size, rows) if rows else batch_size
+    knn_options, plan, fits = _budget(memory_limit, algo, req, d.n_features, asked, knn_options,
+                                      rows, executor)
+    batch_size = fits if fits < asked else min(batch_size, MAX_BATCH)  # lowered where memory asks it
     if resume and (work_dir is None or not algo.can_resume()):
         raise ParameterError("resume needs the work_dir of the interrupted run" if work_dir is None
                              else f"algorithm '{algorithm}' cannot resume (it writes no checkpoints)")
@@ -367,12 +369,18 @@ def _budget(memory_limit, algo, req, n_features, batch_size, knn_options, rows, 
     beside it the declared sample or coreset and what the algorithm holds (``Algorithm.memory``);
     the kNN graph's cells when the algorithm needs one (built before the algorithm starts).  On
     a distributed executor the passes' tasks and the cells run on its workers: each must also
-    hold a batch a thread and its threads' cells.  Returns the graph's options (with the limit
-    in bytes) and the :class:`~streamclust.base.memory.MemoryPlan`."""
-    from ..base.memory import budget, check_batches, check_worker_batches, workers_of
+    hold a batch a thread and its threads' cells.  A batch larger than the budget allows is
+    lowered to the largest it allows (half of what is left when a kNN graph's cells need the
+    rest).  Returns the graph's options (with the limit in bytes), the
+    :class:`~streamclust.base.memory.MemoryPlan` and the batch size."""
+    from ..base.memory import (budget, check_batches, check_worker_batches, fit_batch,
+                               summary_parts, workers_of)
     limit = budget(memory_limit)
-    check_batches(limit, batch_size, n_features)
     workers = workers_of(executor)
+    held = sum(int(p[0]) for p in summary_parts(req.sample, req.coreset, rows, n_features)
+               + list(algo.memory(rows or max(req.sample, req.coreset), n_features)))
+    batch_size = fit_batch(limit, batch_size, n_features, held, workers, 0.5 if req.knn else 1.0)
+    check_batches(limit, batch_size, n_features)
     if workers:
         check_worker_batches(limit, workers, batch_size, n_features)
     k = req.knn
@@ -389,7 +397,7 @@ def _budget(memory_limit, algo, req, n_features, batch_size, knn_options, rows, 
                               int(opts.get("max_candidates", 0)), workers)
     plan = _plan_parts(limit, algo, req, batch_size, n_features, rows, cell_rows)
     log.debug("%s", plan.describe())
-    return opts, plan
+    return opts, plan, batch_size
 
 
 def _plan_parts(limit, algo, req, batch_size, n_features, rows, cell_rows=None):
