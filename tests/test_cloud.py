@@ -458,3 +458,41 @@ def test_arrays_the_workers_hold_travel_once_and_what_the_client_changes_travels
         assert len(run(3.0)) == len(first)
     finally:
         ex.worker_rows = None
+
+
+def test_a_partitioned_lake_on_s3_reads_its_keys_and_where_on_the_cluster_too(cloud, tmp_path):
+    """``key=value`` folders on object storage are columns too, ``where`` keeps the matching
+    files, and a cluster predict's workers (which read the files themselves) keep the key."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from click.testing import CliRunner
+    from streamclust.cli import main
+    X, y, local, _ = cloud.data
+    day = np.array(["2026-12-01", "2026-12-02", "2026-12-03"])[np.arange(len(X)) % 3]
+    lake = str(tmp_path / "lake")
+    pq.write_to_dataset(pa.table({"id": np.arange(len(X)), "day": day, "embedding": pa.FixedSizeListArray.from_arrays(
+        pa.array(X.reshape(-1)), X.shape[1])}), lake, partition_cols=["day"])
+    for root, _, files in os.walk(lake):
+        for f in files:
+            key = "lake/" + os.path.relpath(os.path.join(root, f), lake)
+            with open(os.path.join(root, f), "rb") as src:
+                cloud.s3.put_object(Bucket="streamclust-test", Key=key, Body=src.read())
+    uri = cloud.uri("lake")
+    src = streamclust.lake(uri, where="day >= '2026-12-02'")
+    assert src.partition_columns == ("day",) and len(src.files) == 2 and src.n_rows == int((day >= "2026-12-02").sum())
+    model = streamclust.fit(local, "dgmm", 6, features="embedding", progress=False, **FITS["dgmm"])
+    mdir = model.save(str(tmp_path / "m"))
+    r = CliRunner().invoke(main, ["predict", mdir, uri, "--where", "day >= '2026-12-02'", "--keep", "id,day",
+                                  "--out", cloud.uri("lake-labels"), "--scheduler", cloud.cluster.scheduler_address])
+    assert r.exit_code == 0, r.output
+    import io
+    import json
+
+    def read(key):
+        return cloud.s3.get_object(Bucket="streamclust-test", Key=f"lake-labels/{key}")["Body"].read()
+    t = pa.concat_tables([pq.read_table(io.BytesIO(read(p["file"])))
+                          for p in json.loads(read("_SUCCESS"))["parts"]]).sort_by("id")
+    ids = t.column("id").to_numpy()
+    assert np.array_equal(ids, np.flatnonzero(day >= "2026-12-02"))
+    assert t.column("day").to_pylist() == day[ids].tolist()
+    assert np.array_equal(t.column("cluster").to_numpy(), model.predict(X[ids]))
