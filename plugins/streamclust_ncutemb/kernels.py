@@ -32,8 +32,9 @@ Config = namedtuple("Config", "mode soft lr eta_pos eta_neg xi rounds seed epoch
 Config.__new__.__defaults__ = (0, 0)
 #: the balancing memory: the last N predicted classes (``ring``, -1: empty), their counts per
 #: class, the ring's next slot (``pos[0]``) and the epoch's sums (``sums``: loss, neighbour steps,
-#: steps skipped by balancing, random-pair steps) and the classes chosen this epoch (``chosen``)
-Balance = namedtuple("Balance", "ring counts pos sums chosen")
+#: steps skipped by balancing, random-pair steps), the classes chosen this epoch (``chosen``) and
+#: each class's fair count among the last N (``fair``: N/C, or N times its share in the start)
+Balance = namedtuple("Balance", "ring counts pos sums chosen fair")
 #: where a row's neighbours come from, and the feature cache (``X``: N × d) that anchors,
 #: neighbours and partners are read from by id: either the kNN graph of all rows (``ids``: N × k,
 #: -1: none; ``groups`` empty), or ``groups = Groups(code, starts, order)`` when rows that share a
@@ -263,10 +264,10 @@ def predicted(f):
 
 @nb.njit(cache=True, inline="always")
 def _allowed(bal, c, cfg):
-    """The balancing constraint for class c: hard — refused when seen(c) > N/C + ξ (0 for a
-    refusal, 1 otherwise); soft — the learning-rate factor (N/C) / max(seen(c), 1)."""
-    N = bal.ring.shape[0]
-    fair = N / cfg.n_clusters
+    """The balancing constraint for class c (fair(c): N/C, or N times its share in the start):
+    hard — refused when seen(c) > fair(c) + ξ (0 for a refusal, 1 otherwise); soft — the
+    learning-rate factor fair(c) / max(seen(c), 1)."""
+    fair = bal.fair[c]
     seen = bal.counts[c]
     if cfg.soft == 2 and seen > fair + cfg.xi:
         return 0.0

@@ -123,7 +123,8 @@ def test_rows_without_neighbours_take_only_random_pair_steps():
     def run(eta_neg):
         net = _net(np.random.default_rng(3), 3, 0, 3)
         before = [a.copy() for a in net]
-        bal = kn.Balance(np.arange(30) % 3, np.full(3, 10.0), np.zeros(1, np.int64), np.zeros(4), np.zeros(3))
+        bal = kn.Balance(np.arange(30) % 3, np.full(3, 10.0), np.zeros(1, np.int64), np.zeros(4), np.zeros(3),
+                         np.full(3, 10.0))
         cfg = kn.Config(1, 1, 0.01, 1.0, eta_neg, 10.0, 1, 0, 0, 3, 0.0, True, False, 0.0, 0.0)
         sgd.sgd_block(50, 0, kn.graph_pairs(ids, X), net, scale, cfg, bal)
         return before, net, bal
@@ -200,7 +201,7 @@ def test_a_round_read_once_equals_the_round_step_by_step(H, C, cs, working):
             net = kn.working(net)
             assert net.W1.dtype == np.float32
         bal = kn.Balance(np.full(20, -1, np.int64), np.zeros(K), np.zeros(1, np.int64), np.zeros(4),
-                         np.zeros(K))
+                         np.zeros(K), np.full(K, 20 / K))
         block(300, 5, kn.graph_pairs(ids, X), net, scale, cfg, bal)
         runs.append((net, bal))
     (net, bal), (ref, ref_bal) = runs
@@ -223,7 +224,8 @@ def test_the_rate_of_a_draw_decays_with_the_draws_before_it():
 
     def one(lr, draws, decay):
         net = _net(np.random.default_rng(3), 3, 0, 3)
-        bal = kn.Balance(np.arange(30) % 3, np.full(3, 10.0), np.zeros(1, np.int64), np.zeros(4), np.zeros(3))
+        bal = kn.Balance(np.arange(30) % 3, np.full(3, 10.0), np.zeros(1, np.int64), np.zeros(4), np.zeros(3),
+                         np.full(3, 10.0))
         cfg = kn.Config(1, 1, lr, 1.0, 0.3, 10.0, 1, 0, 2, 3, 0.0, True, False, draws, decay)
         sgd.sgd_block(1, 3, kn.graph_pairs(ids, X), net, scale, cfg, bal)
         return net
@@ -446,3 +448,59 @@ def test_the_sgd_block_is_given_read_only_pairs_whatever_the_rows_come_from(tmp_
         return [t] if isinstance(t, types.Array) else [a for u in t.types for a in arrays(u)]
     pairs = [a for sig in sgd.sgd_block.signatures for a in arrays(sig[2])]
     assert pairs and not any(a.mutable for a in pairs), sgd.sgd_block.signatures
+
+
+def test_starts_screened_resume_mid_screening_equals_an_uninterrupted_fit():
+    """Three starts side by side for 4 epochs (hidden layer): a fit stopped after 2 epochs and
+    resumed has every start's net and losses back (streamclust.testing's resume check)."""
+    from streamclust.testing import check_resume
+    check_resume("ncutemb", {"hidden": 4, "n_init": 3, "screen_epochs": 4})
+
+
+def test_starts_screened_start_0_is_the_single_start_and_the_lowest_loss_goes_on():
+    """Start 0 is the fit of one start (its losses during the screen are those of ``n_init=1``);
+    after the screen the start of the lowest mean loss over its last epochs goes on."""
+    from streamclust_ncutemb.starts import LAST
+    X, _ = make_blobs(n=3000, k=4, d=6, seed=2, spread=2.5)
+    one = streamclust.fit(X, "ncutemb", 4, hidden=8, n_init=1, epochs=12, seed=1, progress=False)
+    three = streamclust.fit(X, "ncutemb", 4, hidden=8, n_init=3, screen_epochs=6, epochs=12, seed=1,
+                            progress=False)
+    screened = [h["starts"] for h in three.history[:6]]
+    np.testing.assert_allclose([s[0] for s in screened], [h["objective"] for h in one.history[:6]],
+                               rtol=1e-9)
+    means = np.array(screened)[-LAST:].mean(axis=0)
+    assert three.history[5]["start"] == int(np.argmin(means))
+    assert "starts" not in three.history[6]
+
+
+def test_starts_screened_cut_the_worst_of_a_hidden_layer_on_usps():
+    """usps test split, 50 hidden units, seeds 0-2: one start 20.5 / 19.4 / 22.1 % (worst 22.1),
+    three screened (the default with a hidden layer) 19.9 / 20.2 / 19.8 %."""
+    X, y = _load("usps")
+    errs = [_error(y, streamclust.fit(X, "ncutemb", 10, seed=s, hidden=50, progress=False)
+                   .predict(X)) for s in range(3)]
+    assert max(errs) <= 21.0, errs
+
+
+def test_balance_start_steers_to_the_k_means_sizes_and_lets_shuttle_keep_its_big_class():
+    """``balance_start=1``: the balance's fair counts are N times the k-means start's shares
+    (hand-computed from the start), and on Shuttle (80 % one class) the fit beats KMeans where
+    equal sizes (the default) do not."""
+    from sklearn.cluster import KMeans
+    from streamclust.toolkit import nmi
+    from streamclust_ncutemb.algorithm import NCutEmb
+    a = NCutEmb(3, balance_start=1.0, balance_window=50)
+    assert np.allclose(a._fresh_balance(np.array([0.5, 0.3, 0.2])).fair, [25.0, 15.0, 10.0])
+    assert np.allclose(NCutEmb(3, balance_window=50)._fresh_balance(np.array([0.5, 0.3, 0.2])).fair,
+                       50 / 3)
+    path = os.path.join(DATA, "shuttle.npz")
+    if not os.path.exists(path):
+        pytest.skip(f"{path} is absent")
+    z = np.load(path, allow_pickle=False)
+    X, y = z["X"].astype(np.float64), z["y"]
+    Xm = 2 * (X - X.min(0)) / np.maximum(X.max(0) - X.min(0), 1e-12) - 1  # scale="minmax"
+    km = nmi(y, KMeans(7, n_init="auto", random_state=0).fit_predict(Xm))
+    got = nmi(y, streamclust.fit(X, "ncutemb", 7, scale="minmax", balance_start=1.0, seed=0,
+                                 progress=False).predict(X))
+    equal = nmi(y, streamclust.fit(X, "ncutemb", 7, scale="minmax", seed=0, progress=False).predict(X))
+    assert got > km > equal, (got, km, equal)
