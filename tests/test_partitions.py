@@ -166,3 +166,28 @@ def test_parse_where_builds_pyarrow_expressions():
     e, names = parse_where("a = 'it''s' or (b >= 2.5 and not c in (1, 2))")
     want = (pc.field("a") == "it's") | ((pc.field("b") >= 2.5) & ~pc.field("c").isin([1, 2]))
     assert e.equals(want) and names == ["a", "b", "c"]
+
+
+def test_an_update_with_where_reads_the_new_matching_partition_only(tmp_path):
+    """A fit of the days from 2026-12-02 on; a new day arrives: ``fit --update --where`` adds
+    its rows only (the earlier day stays out)."""
+    X, _ = make_blobs(n=3000, k=3, d=4, seed=1)
+
+    def day(name, rows):
+        d = tmp_path / "lake" / f"day={name}"
+        d.mkdir(parents=True)
+        pq.write_table(pa.table({"id": rows, "x": pa.FixedSizeListArray.from_arrays(
+            pa.array(X[rows].astype(np.float32).ravel()), 4)}), str(d / "part-0.parquet"))
+    day("2026-12-01", np.arange(0, 1000))
+    day("2026-12-02", np.arange(1000, 2000))
+    lake, work, where = str(tmp_path / "lake"), str(tmp_path / "w"), "day >= '2026-12-02'"
+    r = CliRunner().invoke(main, ["fit", lake, "-k", "3", "--where", where, "--work-dir", work, "-q",
+                                  "-o", str(tmp_path / "m1")])
+    assert r.exit_code == 0, r.output
+    day("2026-12-03", np.arange(2000, 3000))
+    r = CliRunner().invoke(main, ["fit", lake, "--update", "--where", where, "--work-dir", work, "-q",
+                                  "--json", "-o", str(tmp_path / "m2")])
+    assert r.exit_code == 0, r.output
+    import json
+    got = json.loads(r.output.strip().splitlines()[-1])
+    assert got["rows_added"] == 1000 and got["files_added"] == 1 and got["rows"] == 2000
