@@ -310,7 +310,8 @@ class NCutEmb(Updates, Algorithm):
         N, C = self.hyper["balance_window"], self.n_clusters
         ring = np.arange(N, dtype=np.int64) % C  # start as if balanced
         w = 0.0 if shares is None else self.hyper["balance_start"]
-        fair = N * ((1.0 - w) / C + w * (np.zeros(C) if shares is None else np.asarray(shares, np.float64)))
+        fair = np.full(C, N / C) if w == 0 else \
+            N * ((1.0 - w) / C + w * np.asarray(shares, np.float64))  # (N/C to the bit at 0)
         return kn.Balance(ring, np.bincount(ring, minlength=C).astype(np.float64),
                           np.zeros(1, np.int64), np.zeros(4), np.zeros(C), fair)
 
