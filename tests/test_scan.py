@@ -32,6 +32,33 @@ def test_scan_visits_every_row_once_in_a_seeded_order(tmp_path):
         ctx.scan(_visit, [], block_rows=0)
 
 
+def _threaded(block, _state, carry, params):
+    import threading
+    import time
+    time.sleep(0.001)  # a scan lasts long enough for the other threads to start theirs
+    return carry + [(block.start, params, threading.current_thread().name)]
+
+
+def test_scans_side_by_side_equal_the_scans_one_after_another(tmp_path):
+    """``ctx.scans``: each carry gets what ``ctx.scan`` gives it alone, on the run's threads
+    (several names at 2 threads, one at 1), and the passes are counted once each."""
+    from streamclust.base.threads import use_threads
+    X = np.arange(3000 * 2, dtype=np.float32).reshape(3000, 2)
+    ctx = make_context(X, str(tmp_path / "a"), seed=4)
+    alone = [ctx.scan(_threaded, [], p, block_rows=50) for p in "abc"]
+    passes = ctx.passes
+    with use_threads(2):
+        side = ctx.scans(_threaded, [[], [], []], list("abc"), block_rows=50)
+    assert [[v[:2] for v in c] for c in side] == [[v[:2] for v in c] for c in alone]
+    assert ctx.passes == passes + 3
+    assert len({v[2] for c in side for v in c}) >= 2  # in several threads at once
+    with use_threads(1):
+        one = ctx.scans(_threaded, [[], []], list("ab"), block_rows=50)
+    assert {v[2] for c in one for v in c} == {"MainThread"}
+    with pytest.raises(ValueError, match="2 carries but 1 params"):
+        ctx.scans(_threaded, [[], []], ["a"])
+
+
 def test_average_states_is_the_row_weighted_mean():
     a = ({"w": np.array([1.0, 2.0]), "n": np.array([1, 3])}, 0.5)
     b = ({"w": np.array([4.0, 8.0]), "n": np.array([4, 6])}, 2.0)

@@ -315,20 +315,27 @@ class NCutEmb(Updates, Algorithm):
         return kn.Balance(ring, np.bincount(ring, minlength=C).astype(np.float64),
                           np.zeros(1, np.int64), np.zeros(4), np.zeros(C), fair)
 
-    def _sgd_epoch(self, ctx, net, bal, cfg):
-        """One epoch of SGD from ``(net, bal)`` in ``syncs`` parts: ``(net, bal, sums, chosen,
-        spread)``."""
-        spread, m = 0.0, self.hyper["syncs"]
-        sums, chosen = np.zeros(4), np.zeros(self.n_clusters)
+    def _sgd_epochs(self, ctx, starts, cfgs) -> list:
+        """One epoch of SGD from each ``(net, bal)`` of ``starts`` (with its ``cfgs``), in
+        ``syncs`` parts, the starts side by side on the run's threads (``ctx.scans``):
+        ``[(net, bal, sums, chosen, spread)]``."""
+        m, n = self.hyper["syncs"], len(starts)
+        sums = [np.zeros(4) for _ in starts]
+        chosen = [np.zeros(self.n_clusters) for _ in starts]
+        spread = 0.0
         for i in range(m):  # the counters start at 0 in every part (shares' counters are summed)
-            bal.sums[:] = 0.0
-            bal.chosen[:] = 0.0
-            net, bal = ctx.scan(_sgd_step, (net, bal), (self._pairs_, self.scale_, cfg),
-                                block_rows=self.hyper["block_rows"], combine=_combine, part=(i, m))
+            for _, bal in starts:
+                bal.sums[:] = 0.0
+                bal.chosen[:] = 0.0
+            kw = dict(block_rows=self.hyper["block_rows"], combine=_combine, part=(i, m))
+            params = [(self._pairs_, self.scale_, c) for c in cfgs]
+            starts = [ctx.scan(_sgd_step, starts[0], params[0], **kw)] if n == 1 else \
+                ctx.scans(_sgd_step, starts, params, **kw)
             spread = max(spread, ctx.last_scan.get("spread", 0.0))
-            sums += bal.sums
-            chosen += bal.chosen
-        return net, bal, sums, chosen, spread
+            for j, (_, bal) in enumerate(starts):
+                sums[j] += bal.sums
+                chosen[j] += bal.chosen
+        return [(net, bal, sums[j], chosen[j], spread) for j, (net, bal) in enumerate(starts)]
 
     def run_epoch(self, ctx):
         if self.n_clusters == 1:
@@ -347,8 +354,12 @@ class NCutEmb(Updates, Algorithm):
         if self._update_epoch >= 0:  # an update (update.py)
             return self._update_step(ctx, cfg_of, _sgd_step, _combine)
         cfg = cfg_of()
-        self._net, self._bal, sums, chosen, spread = self._sgd_epoch(ctx, self._net, self._bal, cfg)
-        starts = st.screen(self, ctx, cfg, sums) if self._starts else None
+        if self._starts:  # the starts side by side; start 0's sums are the epoch's
+            sums, chosen, spread, starts = st.screen(self, ctx, cfg)
+        else:
+            self._net, self._bal, sums, chosen, spread = self._sgd_epochs(
+                ctx, [(self._net, self._bal)], [cfg])[0]
+            starts = None
         epochs = self._epochs(ctx.n_rows)
         if h["average"] and e >= epochs // 2:
             arrays = [a.astype(np.float64) for a in self._net]

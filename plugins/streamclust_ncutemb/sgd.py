@@ -247,7 +247,7 @@ def _all_round(net, cfg, bal, lr, xs, r, j, kk, hs, fs, g, dh):
         bal.sums[3] += 1.0
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)  # several starts' epochs run side by side (ctx.scans)
 def sgd_block(n, start, pairs, net, scale, cfg, bal):
     """The SGD rounds of the positions ``start .. start + n`` of the epoch's permutation of all
     rows (:func:`kernels.permuted`, keyed by seed and epoch): each position's anchor row i runs

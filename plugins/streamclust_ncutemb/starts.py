@@ -57,16 +57,16 @@ def load(state: dict, net_type, bal_type):
     return starts, losses
 
 
-def screen(algo, ctx, cfg, sums) -> list:
-    """The other starts' epoch beside start 0's (``sums``: its sums) for NCutEmb ``algo``;
-    after the last screened epoch the best start goes on alone.  Returns every start's loss
-    this epoch."""
-    algo._losses[0].append(sums[0] / (2.0 * max(sums[1], 1.0)))
-    for i, (net, bal) in enumerate(algo._starts, 1):
-        net, bal, s, _, _ = algo._sgd_epoch(ctx, net, bal, cfg._replace(
-            seed=start_seed(algo.seed, i)))
-        algo._starts[i - 1] = (net, bal)
-        algo._losses[i].append(s[0] / (2.0 * max(s[1], 1.0)))
+def screen(algo, ctx, cfg):
+    """One epoch of every start of NCutEmb ``algo``, side by side on the run's threads; after
+    the last screened epoch the best start goes on alone.  Returns start 0's ``(sums, chosen,
+    spread)`` and every start's loss this epoch."""
+    cfgs = [cfg] + [cfg._replace(seed=start_seed(algo.seed, i)) for i in range(1, len(algo._losses))]
+    done = algo._sgd_epochs(ctx, [(algo._net, algo._bal)] + algo._starts, cfgs)
+    algo._net, algo._bal, sums, chosen, spread = done[0]
+    algo._starts = [(d[0], d[1]) for d in done[1:]]
+    for v, d in zip(algo._losses, done):
+        v.append(d[2][0] / (2.0 * max(d[2][1], 1.0)))
     losses = [v[-1] for v in algo._losses]
     h = algo.hyper
     if algo._epoch + 1 >= screened(algo._n_init(), h["screen_epochs"], algo._epochs(ctx.n_rows)):
@@ -75,4 +75,4 @@ def screen(algo, ctx, cfg, sums) -> list:
             algo._net, algo._bal = algo._starts[b - 1]
         algo.start_ = b
         algo._starts, algo._losses = [], []
-    return losses
+    return sums, chosen, spread, losses

@@ -21,7 +21,8 @@ class Context:
     * ``aggregate(step, params, data=None, state=(), merge=...)``: the map-reduce pass: ``step``
       over every batch of ``data`` (default: the whole cache), partials merged;
     * ``scan(step, carry, params, state=(), block_rows=4096)``: the ordered pass (SGD): blocks of
-      rows in a seeded shuffled order, ``carry`` threaded through;
+      rows in a seeded shuffled order, ``carry`` threaded through; ``scans(step, carries,
+      params, ...)``: independent ordered passes side by side on the run's threads;
     * ``row_state(name, shape, dtype)``: a memory-mapped per-row array in the work directory;
     * ``coreset()`` / ``sample()``: the summaries declared in ``Requirements`` (built by the
       engine before ``start``); ``take(ids)``, ``batch_stats()``;
@@ -120,6 +121,30 @@ class Context:
                                                        state=state, combine=combine,
                                                        progress=bar.update)
         return carry
+
+    def scans(self, step, carries, params, **kw) -> list:
+        """Independent ordered passes, ``carries[i]`` with ``params[i]`` (same keywords as
+        :meth:`scan`): the carries :meth:`scan` returns for each in turn, run side by side on
+        the run's threads when the executor is local (one at a time on a distributed one, whose
+        workers already share each pass).  ``step`` must be safe to run in several threads at
+        once on different carries (numba kernels compiled with ``nogil=True`` run in
+        parallel; others take turns on the GIL)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from ..base.threads import n_threads
+        carries, params = list(carries), list(params)
+        if len(carries) != len(params):
+            raise ValueError(f"scans: {len(carries)} carries but {len(params)} params")
+        workers = min(len(carries), n_threads(-1))
+        if workers < 2 or getattr(self.executor, "distributed", False):
+            return [self.scan(step, c, p, **kw) for c, p in zip(carries, params)]
+        passes = self.passes  # counted here: threads would race on the counter
+        with ThreadPoolExecutor(workers, thread_name_prefix="streamclust-scan") as pool:
+            out = [f.result() for f in [pool.submit(self.scan, step, c, p, **kw)
+                                        for c, p in zip(carries, params)]]
+        i, m = kw.get("part", (0, 1))
+        self.passes = passes + (len(carries) if i == m - 1 else 0)
+        return out
 
     def row_state(self, name: str, shape: tuple, dtype, fill=0, existing: bool = False,
                   checkpoint: bool = True) -> RowState:
