@@ -121,6 +121,7 @@ class ParquetSource(Source):
         rest._groups = self._groups[first:stop]
         rest._footers = self._footers[first:stop]
         rest._parts = self._parts and self._parts.part(first, stop)
+        rest._file_at = None  # a file's index among the part's files (``_read``)
         rest.n_rows = int(sum(rest._meta))
         return rest
 
@@ -175,7 +176,7 @@ class ParquetSource(Source):
         columns among ``columns`` are the file's values, repeated."""
         inside = [c for c in columns if c not in self.partition_columns]
         if len(inside) < len(columns):
-            if getattr(self, "_file_at", None) is None or len(self._file_at) != len(self.files):
+            if getattr(self, "_file_at", None) is None:
                 self._file_at = {name: j for j, name in enumerate(self.files)}
             i = self._file_at[f]
             for f, row, rb in self._read(f, groups, row, inside, batch_size, handle):
