@@ -153,6 +153,15 @@ def plugins(as_json):
         click.echo(f"failed to load plugin {f.name} from {f.package}: {f.error}", err=True)
 
 
+def _values_shown(values: dict, most: int = 12) -> dict:
+    """Each partition column's distinct values as ``info`` shows them: all up to ``most``, else
+    the first and last few and how many."""
+    out = {}
+    for c, v in values.items():
+        out[c] = v if len(v) <= most else v[:most // 2] + [f"… {len(v) - most} more …"] + v[-most // 2:]
+    return out
+
+
 @click.command()
 @click.argument("data")
 @features_option
@@ -167,6 +176,8 @@ def info(data, features, exclude, as_json):
     print_result({"source": src.name, "rows": src.n_rows, "files": len(getattr(src, "files", [])) or None,
             "columns": {f.name: str(f.type) for f in src.schema},
             "partition_columns": list(getattr(src, "partition_columns", ())),
+            **({"partition_values": _values_shown(src.partition_values())}
+               if hasattr(src, "partition_values") and src.partition_columns else {}),
             "features": list(d.spec.columns), "n_features": d.n_features,
             "features_left_out": d.left_out,
             "cache_bytes": None if src.n_rows is None else src.n_rows * d.n_features * 4}, as_json)

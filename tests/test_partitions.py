@@ -122,6 +122,12 @@ def test_where_as_a_pyarrow_expression_and_in_every_command(tmp_path):
     assert streamclust.load_model(str(tmp_path / "m")).info["rows"] == a.n_rows
     r = CliRunner().invoke(main, ["info", path, "--where", "day = '2026-12-02'", "--json"])
     assert r.exit_code == 0 and f'"rows": {a.n_rows}' in r.output and '"partition_columns": ["day", "hour"]' in r.output
+    import json
+    shown = json.loads(r.output)["partition_values"]
+    assert shown == {"day": ["2026-12-02"], "hour": [0, 1, None]}  # the files read; null last
+    from streamclust.cli_explore import _values_shown
+    many = _values_shown({"d": list(range(30))})["d"]
+    assert many[:6] == [0, 1, 2, 3, 4, 5] and many[-6:] == list(range(24, 30)) and "18 more" in many[6]
 
 
 @pytest.mark.parametrize("text, match", [

@@ -81,6 +81,13 @@ class ParquetSource(Source):
             pa.schema(list(files_schema) + list(self._parts.fields), files_schema.metadata)
         self.n_rows = int(sum(self._meta))
 
+    def partition_values(self) -> dict:
+        """``{partition column: its distinct values, sorted (None last)}`` over the files."""
+        if self._parts is None:
+            return {}
+        return {c: sorted({v.get(c) for v in self._parts.values}, key=lambda x: (x is None, x))
+                for c in self._parts.names}
+
     def read_notes(self, columns) -> list[str]:
         """A line for each of ``columns`` whose float16 values Parquet holds dictionary-encoded
         (pyarrow writes them so by default): pyarrow decodes them several times slower than plain
