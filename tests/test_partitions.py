@@ -197,3 +197,12 @@ def test_an_update_with_where_reads_the_new_matching_partition_only(tmp_path):
     import json
     got = json.loads(r.output.strip().splitlines()[-1])
     assert got["rows_added"] == 1000 and got["files_added"] == 1 and got["rows"] == 2000
+
+
+def test_quoted_values_and_names_never_read_as_keywords():
+    """'or' quoted is a value, "and" quoted a column; an unquoted word where a value belongs is
+    an error, not the string."""
+    e, names = parse_where("\"and\" = 'or' or b in ('in', 'x')")
+    assert e.equals((pc.field("and") == "or") | pc.field("b").isin(["in", "x"])) and names == ["and", "b"]
+    with pytest.raises(streamclust.DataError, match="expected a number or a 'quoted' value"):
+        parse_where("day = str")

@@ -220,21 +220,19 @@ class NCutEmb(Updates, Algorithm):
         std = np.sqrt(var) if how == "feature" else np.full(d, np.sqrt(var.mean()))
         return kn.Scale(mean, 1.0 / np.where(std > 0, std, 1.0))
 
-    def _init_net(self, ctx, start: int = 0) -> kn.Net:
-        """Start ``start``'s net; ``self._shares``: its k-means classes' shares of the sample
-        (None: a random start)."""
-        self._shares = None
+    def _init_net(self, ctx, start: int = 0):
+        """Start ``start``'s net and its k-means classes' shares of the sample (None: a random
+        start)."""
         d, H, C = ctx.n_features, self.hyper["hidden"], self._n_out()
-        rng = ctx.rng(0x1E) if start == 0 else np.random.default_rng([0x1E, st.start_seed(self.seed, start)])
+        rng = st.rng(ctx, 0x1E, self.seed, start)
         W1 = rng.normal(scale=1.0 / np.sqrt(d), size=(d, H))
         W2 = rng.normal(scale=1.0 / np.sqrt(H if H else d), size=(H if H else d, C))
         net = kn.Net(W1, np.zeros(H), W2, np.zeros(C))
         if self.hyper["init"] != "kmeans":
-            return net
+            return net, None
         _, S = ctx.sample()
         Xs = (S.astype(np.float64) - self.scale_.mean) * self.scale_.inv_std
-        mu, _, _ = kmeans(Xs, self.n_clusters, ctx.rng(0x1F) if start == 0 else
-                          np.random.default_rng([0x1F, st.start_seed(self.seed, start)]), n_init=10)
+        mu, _, _ = kmeans(Xs, self.n_clusters, st.rng(ctx, 0x1F, self.seed, start), n_init=10)
         if C == 1:
             W2 = (mu[1] - mu[0])[:, None]
             b2 = np.array([-(mu[1] @ mu[1] - mu[0] @ mu[0]) / 2.0])
@@ -242,7 +240,7 @@ class NCutEmb(Updates, Algorithm):
             W2, b2 = mu.T.copy(), -(mu * mu).sum(1) / 2.0
         out = Xs @ W2 + b2
         cls = (out[:, 0] > 0).astype(np.int64) if C == 1 else np.argmax(out, axis=1)
-        self._shares = np.bincount(cls, minlength=self.n_clusters) / len(out)  # k-means's
+        shares = np.bincount(cls, minlength=self.n_clusters) / len(out)  # k-means's
         if H:  # the second layer: least squares from the random tanh units to those outputs
             A = np.hstack([np.tanh(Xs @ W1), np.ones((len(Xs), 1))])
             T = out - out.mean(axis=1, keepdims=True) if C > 1 else out
@@ -252,7 +250,7 @@ class NCutEmb(Updates, Algorithm):
         top = np.sort(out, axis=1)
         gap = np.median(np.abs(out[:, 0]) if C == 1 else top[:, -1] - top[:, -2])
         gap = gap if gap > 0 else 1.0
-        return kn.Net(W1, np.zeros(H), np.ascontiguousarray(W2 / gap), b2 / gap)
+        return kn.Net(W1, np.zeros(H), np.ascontiguousarray(W2 / gap), b2 / gap), shares
 
     def _pairs(self, ctx) -> kn.Pairs:
         """Where neighbours come from (the graph, or the ``pairs`` column's groups); raises a
@@ -290,16 +288,14 @@ class NCutEmb(Updates, Algorithm):
         if self.n_clusters == 1:  # every row in the one cluster: f = 0, nothing to train
             d, H = ctx.n_features, self.hyper["hidden"]
             self._pairs_, self.paired_ = None, 0
-            self._net = kn.Net(np.zeros((d, H)), np.zeros(H), np.zeros((H or d, 1)), np.zeros(1))
+            net = kn.Net(np.zeros((d, H)), np.zeros(H), np.zeros((H or d, 1)), np.zeros(1))
+            starts = [(net, self._fresh_balance())]
         else:
             self._pairs_ = self._pairs(ctx)
-            self._net = kn.working(self._init_net(ctx))
-        self._bal = self._fresh_balance(getattr(self, "_shares", None))
-        n = self._n_init() if self.n_clusters > 1 and st.screened(
-            self._n_init(), self.hyper["screen_epochs"], self._epochs(ctx.n_rows)) else 1
-        self._starts = [(kn.working(self._init_net(ctx, i)), self._fresh_balance(self._shares))
-                        for i in range(1, n)]
-        self._losses = [[] for _ in range(n)] if n > 1 else []
+            starts = [(kn.working(net), self._fresh_balance(shares))
+                      for net, shares in (self._init_net(ctx, i) for i in range(self._n_init()))]
+        (self._net, self._bal), self._starts = starts[0], starts[1:]
+        self._losses = [[] for _ in starts] if len(starts) > 1 else []
         self._avg, self._n_avg, self._epoch = None, 0, 0
         self._update_epoch, self._draws = -1, 0.0  # -1: not an update
         self.net_ = self._net
@@ -369,10 +365,9 @@ class NCutEmb(Updates, Algorithm):
         else:
             self.net_ = self._net
         self._epoch += 1
-        steps = max(sums[1], 1.0)
         if h["lr_draws"]:  # the rate of the epoch's last draw
             lr /= 1.0 + (e + 1.0) * ctx.n_rows / h["lr_draws"]
-        extras = {"loss": float(sums[0] / (2.0 * steps)), "learning_rate": lr,
+        extras = {"loss": st.loss(sums), "learning_rate": lr,
                   "skipped": float(sums[2] / max(sums[1] + sums[2], 1.0)),
                   "pair_classes": [int(v) for v in chosen],
                   "rows_without_neighbour": ctx.n_rows - self.paired_, "epochs": epochs}

@@ -20,7 +20,18 @@ STRIDE = 0x9E3779B9
 
 
 def start_seed(seed: int, i: int) -> int:
+    """Start ``i``'s seed (start 0: ``seed``)."""
     return int((seed + i * STRIDE) % (1 << 63))
+
+
+def rng(ctx, stream: int, seed: int, i: int) -> np.random.Generator:
+    """Start ``i``'s generator of ``stream``: the run's own for start 0."""
+    return ctx.rng(stream) if i == 0 else np.random.default_rng([stream, start_seed(seed, i)])
+
+
+def loss(sums) -> float:
+    """An epoch's loss from its SGD sums: the mean hinge over the neighbour steps, halved."""
+    return float(sums[0] / (2.0 * max(sums[1], 1.0)))
 
 
 def screened(n_init: int, screen_epochs: int, epochs: int) -> int:
@@ -61,12 +72,12 @@ def screen(algo, ctx, cfg):
     """One epoch of every start of NCutEmb ``algo``, side by side on the run's threads; after
     the last screened epoch the best start goes on alone.  Returns start 0's ``(sums, chosen,
     spread)`` and every start's loss this epoch."""
-    cfgs = [cfg] + [cfg._replace(seed=start_seed(algo.seed, i)) for i in range(1, len(algo._losses))]
+    cfgs = [cfg] + [cfg._replace(seed=start_seed(algo.seed, i)) for i in range(1, len(algo._starts) + 1)]
     done = algo._sgd_epochs(ctx, [(algo._net, algo._bal)] + algo._starts, cfgs)
     algo._net, algo._bal, sums, chosen, spread = done[0]
     algo._starts = [(d[0], d[1]) for d in done[1:]]
     for v, d in zip(algo._losses, done):
-        v.append(d[2][0] / (2.0 * max(d[2][1], 1.0)))
+        v.append(loss(d[2]))
     losses = [v[-1] for v in algo._losses]
     h = algo.hyper
     if algo._epoch + 1 >= screened(algo._n_init(), h["screen_epochs"], algo._epochs(ctx.n_rows)):

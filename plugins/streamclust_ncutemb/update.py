@@ -16,6 +16,7 @@ import numpy as np
 from streamclust import EpochReport
 
 from . import kernels as kn
+from .starts import loss
 
 
 class Updates:
@@ -57,8 +58,7 @@ class Updates:
         self.net_ = kn.Net(*[a / self._n_avg for a in self._avg])
         self._update_epoch += 1
         self._epoch += 1
-        steps = max(sums[1], 1.0)
-        extras = {"loss": float(sums[0] / (2.0 * steps)), "phase": "update",
+        extras = {"loss": loss(sums), "phase": "update",
                   "draws": int(n_new + replay), "pair_classes": [int(v) for v in chosen],
                   "rows_without_neighbour": ctx.n_rows - self.paired_}
         return EpochReport(objective=extras["loss"], rows=n_new + replay, extras=extras,

@@ -165,12 +165,13 @@ def fit_batch(limit: int, batch_size: int, n_features: int, held: int = 0, worke
     return most
 
 
-def batch_for(batch_size: int, rows, n_features: int, memory_limit=None) -> int:
-    """The batch a command without a memory plan (predict, evaluate, report) reads:
-    ``batch_size``, lowered to what the budget allows when that is less than it and the data's
-    ``rows`` (when known); at most ``MAX_BATCH``."""
+def batch_for(batch_size: int, rows, n_features: int, memory_limit=None, held: int = 0,
+              workers=(), share: float = 1.0) -> int:
+    """The batch a run reads: ``batch_size``, lowered to what the budget allows
+    (:func:`fit_batch`) when that is less than it and the data's ``rows`` (when known); at most
+    ``MAX_BATCH``.  A batch the budget allows is kept as asked (a fit records it)."""
     asked = min(batch_size, rows) if rows else batch_size
-    fits = fit_batch(budget(memory_limit), min(asked, MAX_BATCH), n_features)
+    fits = fit_batch(budget(memory_limit), min(asked, MAX_BATCH), n_features, held, workers, share)
     return fits if fits < asked else min(batch_size, MAX_BATCH)
 
 

@@ -56,7 +56,7 @@ class ParquetSource(Source):
             if not keep.any():
                 raise DataError(f"{self.name}: no file matches where {where}")
             self.files = [f for f, k in zip(self.files, keep) if k]
-            parts = partitions.Partitions(parts.fields, [v for v, k in zip(parts.values, keep) if k])
+            parts = parts.kept(keep)
         self._meta, self._groups = [], []  # rows of each file, of each of its row groups
         self._dict_half = {}  # leaves of float16 values dictionary-encoded (in the first file)
         self._footers = []  # a remote file's footer, read once (spans.py reads by it)
@@ -128,7 +128,6 @@ class ParquetSource(Source):
         rest._groups = self._groups[first:stop]
         rest._footers = self._footers[first:stop]
         rest._parts = self._parts and self._parts.part(first, stop)
-        rest._file_at = None  # a file's index among the part's files (``_read``)
         rest.n_rows = int(sum(rest._meta))
         return rest
 
@@ -160,7 +159,20 @@ class ParquetSource(Source):
         return units
 
     def record_batches(self, columns, batch_size):
-        """The files' rows in batches of ``batch_size``; with more than one unit of row groups
+        """The files' rows in batches of ``batch_size`` (:meth:`_file_batches`); partition
+        columns among ``columns`` are each file's values, repeated."""
+        keys = [c for c in columns if c in self.partition_columns]
+        if not keys:
+            yield from self._file_batches(columns, batch_size)
+            return
+        inside = [c for c in columns if c not in keys]
+        at = {f: i for i, f in enumerate(self.files)}
+        for f, row, rb in self._file_batches(inside, batch_size):
+            have = dict(zip(inside, rb.columns), **self._parts.constants(at[f], rb.num_rows, keys))
+            yield f, row, pa.RecordBatch.from_arrays([have[c] for c in columns], list(columns))
+
+    def _file_batches(self, columns, batch_size):
+        """The files' ``columns`` in batches of ``batch_size``; with more than one unit of row groups
         (:meth:`_units`) in all, they are decoded ahead by reader threads (:mod:`.readahead`),
         a batch then ending at its unit's end."""
         units = self._units(batch_size)
@@ -179,18 +191,7 @@ class ParquetSource(Source):
 
     def _read(self, f, groups, row, columns, batch_size, handle=None):
         """``(f, row, batch)`` of file ``f`` (of its row groups ``groups``, whose first row is
-        ``row``; None: all of them); ``handle`` keeps the open file between calls.  Partition
-        columns among ``columns`` are the file's values, repeated."""
-        inside = [c for c in columns if c not in self.partition_columns]
-        if len(inside) < len(columns):
-            if getattr(self, "_file_at", None) is None:
-                self._file_at = {name: j for j, name in enumerate(self.files)}
-            i = self._file_at[f]
-            for f, row, rb in self._read(f, groups, row, inside, batch_size, handle):
-                have = dict(zip(inside, rb.columns),
-                            **self._parts.constants(i, rb.num_rows, set(columns) - set(inside)))
-                yield f, row, pa.RecordBatch.from_arrays([have[c] for c in columns], list(columns))
-            return
+        ``row``; None: all of them); ``handle`` keeps the open file between calls."""
         try:
             if self._fs is not None and groups is not None:
                 pf = self._spanned(f, groups, columns, handle)

@@ -34,6 +34,10 @@ class Partitions:
     def part(self, first: int, stop: int) -> "Partitions":
         return Partitions(self.fields, self.values[first:stop])
 
+    def kept(self, mask) -> "Partitions":
+        """The files where ``mask`` is true."""
+        return Partitions(self.fields, [v for v, k in zip(self.values, mask) if k])
+
     def table(self) -> pa.Table:
         """One row per file: its partition values."""
         return pa.table({f.name: pa.array([v.get(f.name) for v in self.values], f.type)
@@ -132,8 +136,18 @@ class _Parser:
         self.text, self.toks, self.i, self.names = text, _tokens(text), 0, []
 
     def peek(self, *want):
+        """The next token when it is of a kind in ``want`` ("num", "str", "name") or an
+        operator / keyword in ``want``; else None.  A quoted value or name never reads as a
+        keyword."""
         t = self.toks[self.i] if self.i < len(self.toks) else (None, None)
-        return t if not want or t[1] in want or t[0] in want else None
+        return t if t[0] in want or (t[0] in ("op", "word") and t[1] in want) else None
+
+    def accept(self, *want) -> bool:
+        """Step over the next token when :meth:`peek` finds it."""
+        if self.peek(*want):
+            self.i += 1
+            return True
+        return False
 
     def take(self, *want, what="a value"):
         t = self.peek(*want)
@@ -145,15 +159,13 @@ class _Parser:
 
     def expr(self):
         e = self.conj()
-        while self.peek("or"):
-            self.i += 1
+        while self.accept("or"):
             e = e | self.conj()
         return e
 
     def conj(self):
         e = self.term()
-        while self.peek("and"):
-            self.i += 1
+        while self.accept("and"):
             e = e & self.term()
         return e
 
@@ -163,29 +175,24 @@ class _Parser:
 
     def term(self):
         import pyarrow.compute as pc
-        if self.peek("not"):
-            self.i += 1
+        if self.accept("not"):
             return ~self.term()
-        if self.peek("("):
-            self.i += 1
+        if self.accept("("):
             e = self.expr()
             self.take(")", what="')'")
             return e
         name = self.take("name", what="a column name")[1]
         self.names.append(name)
         field = pc.field(name)
-        if self.peek("is"):
-            self.i += 1
-            negate = bool(self.peek("not")) and self.take("not")
+        if self.accept("is"):
+            negate = self.accept("not")
             self.take("null", what="null")
             return ~field.is_null() if negate else field.is_null()
-        negate = bool(self.peek("not")) and self.take("not")
-        if self.peek("in"):
-            self.i += 1
+        negate = self.accept("not")
+        if self.accept("in"):
             self.take("(", what="'('")
             values = [self.literal()]
-            while self.peek(","):
-                self.i += 1
+            while self.accept(","):
                 values.append(self.literal())
             self.take(")", what="')'")
             return ~field.isin(values) if negate else field.isin(values)

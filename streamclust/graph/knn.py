@@ -357,9 +357,9 @@ def knn_graph(data, n_neighbors: int = 5, *, features=None, exclude=None, work_d
     check_reference(n_neighbors, options.get("reference_rows", 0))
     transform = row_transform(metric)
     d = open_data(data, features=features, on_invalid=on_invalid, exclude=exclude)
-    from ..base.memory import batch_for  # half of the budget: the cells need the rest
-    batch_size = batch_for(batch_size, d.n_rows, d.n_features,
-                           budget(options.get("memory_limit")) // 2)
+    from ..base.memory import batch_for  # half of what is left: the cells need the rest
+    batch_size = batch_for(batch_size, d.n_rows, d.n_features, options.get("memory_limit"),
+                           share=0.5)
     if all(isinstance(options.get(o, 1), int) for o in ("cell_rows", "degree", "max_candidates")):
         # the budget checked before the cache pass (build_graph checks again, with every option)
         fit_cells(options.get("memory_limit"), options.get("cell_rows", 0),

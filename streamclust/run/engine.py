@@ -26,7 +26,6 @@ from ..plugins import PluginHost
 from ..data.scaling import check_scale
 from ..data.transforms import check_metric, row_transform
 from ..data.cache import check_cache_dtype
-from ..base.memory import MAX_BATCH
 from ..data.sources import open_data
 from .shards import end_run, worker_cache
 
@@ -333,10 +332,8 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
     log.info("%s: %s", d.source.name, describe_features(d.spec, d.left_out))
     rows = d.n_rows  # a batch never holds more rows than the data (None: not known up front)
     executor = _executor(executor, client)
-    asked = min(batch_size, rows) if rows else batch_size
-    knn_options, plan, fits = _budget(memory_limit, algo, req, d.n_features, asked, knn_options,
-                                      rows, executor)
-    batch_size = fits if fits < asked else min(batch_size, MAX_BATCH)  # lowered where memory asks it
+    knn_options, plan, batch_size = _budget(memory_limit, algo, req, d.n_features, batch_size,
+                                            knn_options, rows, executor)
     if resume and (work_dir is None or not algo.can_resume()):
         raise ParameterError("resume needs the work_dir of the interrupted run" if work_dir is None
                              else f"algorithm '{algorithm}' cannot resume (it writes no checkpoints)")
@@ -373,16 +370,16 @@ def _budget(memory_limit, algo, req, n_features, batch_size, knn_options, rows, 
     lowered to the largest it allows (half of what is left when a kNN graph's cells need the
     rest).  Returns the graph's options (with the limit in bytes), the
     :class:`~streamclust.base.memory.MemoryPlan` and the batch size."""
-    from ..base.memory import (budget, check_batches, check_worker_batches, fit_batch,
-                               summary_parts, workers_of)
+    from ..base.memory import batch_for, budget, check_batches, check_worker_batches, workers_of
     limit = budget(memory_limit)
     workers = workers_of(executor)
-    held = sum(int(p[0]) for p in summary_parts(req.sample, req.coreset, rows, n_features)
-               + list(algo.memory(rows or max(req.sample, req.coreset), n_features)))
-    batch_size = fit_batch(limit, batch_size, n_features, held, workers, 0.5 if req.knn else 1.0)
-    check_batches(limit, batch_size, n_features)
+    held = _held(algo, req, n_features, rows)
+    batch_size = batch_for(batch_size, rows, n_features, limit, sum(int(p[0]) for p in held),
+                           workers, 0.5 if req.knn else 1.0)
+    batch = min(batch_size, rows) if rows else batch_size  # the most rows a batch holds
+    check_batches(limit, batch, n_features)
     if workers:
-        check_worker_batches(limit, workers, batch_size, n_features)
+        check_worker_batches(limit, workers, batch, n_features)
     k = req.knn
     opts = dict(knn_options or {})
     cell_rows = None
@@ -393,18 +390,27 @@ def _budget(memory_limit, algo, req, n_features, batch_size, knn_options, rows, 
         opts["memory_limit"] = budget(opts["memory_limit"]) if "memory_limit" in opts else limit
         cell_rows = fit_cells(opts["memory_limit"], int(opts.get("cell_rows", 0)),
                               n_threads(opts.get("threads", -1)), n_features,
-                              int(opts.get("degree", 0)), k, batch_size,
+                              int(opts.get("degree", 0)), k, batch,
                               int(opts.get("max_candidates", 0)), workers)
-    plan = _plan_parts(limit, algo, req, batch_size, n_features, rows, cell_rows)
+    plan = _plan_parts(limit, algo, req, batch, n_features, rows, cell_rows, held)
     log.debug("%s", plan.describe())
     return opts, plan, batch_size
 
 
-def _plan_parts(limit, algo, req, batch_size, n_features, rows, cell_rows=None):
-    """The plan's declared sample or coreset and what the algorithm holds, checked against
-    ``limit`` beside the process and a batch (``rows``: the data's, when known)."""
+def _held(algo, req, n_features, rows) -> list:
+    """``(bytes, what, parameter)`` of the declared sample or coreset, then of what the
+    algorithm holds (``rows``: the data's, when known)."""
+    from ..base.memory import summary_parts
+    return summary_parts(req.sample, req.coreset, rows, n_features) + \
+        list(algo.memory(rows or max(req.sample, req.coreset), n_features))
+
+
+def _plan_parts(limit, algo, req, batch_size, n_features, rows, cell_rows=None, held=None):
+    """The plan's declared sample or coreset and what the algorithm holds (``held``, else
+    :func:`_held`), checked against ``limit`` beside the process and a batch."""
     from ..base.memory import MemoryPlan, batch_bytes, check_parts, summary_parts
     summaries = summary_parts(req.sample, req.coreset, rows, n_features)
-    parts = list(algo.memory(rows or max(req.sample, req.coreset), n_features))
-    check_parts(limit, batch_size, n_features, summaries + parts)
+    held = _held(algo, req, n_features, rows) if held is None else held
+    parts = held[len(summaries):]
+    check_parts(limit, batch_size, n_features, held)
     return MemoryPlan(limit, batch_bytes(batch_size, n_features), rows, summaries, parts, cell_rows)

@@ -186,10 +186,8 @@ def update(data, work_dir: str, *, max_epochs: int = 100, progress: bool | None 
         before_pass()
     executor = engine._executor(executor, client)
     batch_size = int(ident["batch_size"])
-    asked = min(batch_size, d.n_rows) if d.n_rows else batch_size
-    knn_options, plan, fits = engine._budget(memory_limit, algo, req, d.n_features, asked,
-                                             knn_options, d.n_rows, executor)
-    batch_size = fits if fits < asked else batch_size  # lowered only where memory asks it
+    knn_options, plan, batch_size = engine._budget(memory_limit, algo, req, d.n_features,
+                                                   batch_size, knn_options, d.n_rows, executor)
     with contextlib.ExitStack() as stack:
         stack.enter_context(WorkDirLock(work_dir))
         stack.enter_context(use_threads(threads, blas_threads))
