@@ -59,7 +59,7 @@ from streamclust.toolkit import (NON_NEGATIVE, ParameterError, at_least, nearest
 
 from .kernels import Accum, EStepConfig, GMMParams, estep, posterior
 from .index import start_from_index
-from .similarity import PairSums, dense_to_rows, pairs_to_rows, sim_rows, unpack_upper
+from .similarity import PairSums, packed_to_rows, pairs_to_rows, sim_rows
 from .online import Online
 from .starts import AUTO_STARTS_MAX, Starts
 from .update import Updates
@@ -202,7 +202,7 @@ class DGMM(Starts, Online, Updates, Algorithm):
         else:
             F = wlse / W - 0.5 * D * np.log(2 * np.pi * self.sigma2_) - np.log(M)
             self.sigma2_ = max(wqd / (D * W), self._sigma2_floor)
-        self.sim_ = dense_to_rows(unpack_upper(S, M)) if self.dense_ else \
+        self.sim_ = packed_to_rows(S, M) if self.dense_ else \
             pairs_to_rows(S, M, h["similarity_top"])
         return float(F), int((~live).sum()), int(evals)
 

@@ -146,28 +146,26 @@ def _alias_pick(sim, lo, hi, u):
     return word >> 32
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, parallel=True)
 def build_alias(indptr, indices, weights, cum, table):
     """The running sums (restarted at every row) into ``cum`` and Walker's alias tables of every
-    CSR row (Vose's construction) into ``table``."""
-    prob = np.empty(weights.shape[0])
-    alias = np.empty(weights.shape[0], np.int64)
-    width = 0
-    for r in range(indptr.shape[0] - 1):
-        width = max(width, indptr[r + 1] - indptr[r])
-    small = np.empty(width, np.int64)
-    large = np.empty(width, np.int64)
-    for r in range(indptr.shape[0] - 1):
+    CSR row (Vose's construction) into ``table``; rows on all threads (each row's table is its
+    own: the same whatever the thread count)."""
+    for r in nb.prange(indptr.shape[0] - 1):
         lo, n = indptr[r], indptr[r + 1] - indptr[r]
+        prob = np.empty(n)
+        alias = np.empty(n, np.int64)
+        small = np.empty(n, np.int64)
+        large = np.empty(n, np.int64)
         tot = 0.0
         for k in range(n):
             tot += weights[lo + k]
             cum[lo + k] = tot
         ns = nl = 0
         for k in range(n):
-            prob[lo + k] = weights[lo + k] * n / tot if tot > 0 else 1.0
-            alias[lo + k] = k
-            if prob[lo + k] < 1.0:
+            prob[k] = weights[lo + k] * n / tot if tot > 0 else 1.0
+            alias[k] = k
+            if prob[k] < 1.0:
                 small[ns] = k
                 ns += 1
             else:
@@ -177,21 +175,59 @@ def build_alias(indptr, indices, weights, cum, table):
             ns -= 1
             nl -= 1
             sm, lg = small[ns], large[nl]
-            alias[lo + sm] = lg
-            prob[lo + lg] += prob[lo + sm] - 1.0
-            if prob[lo + lg] < 1.0:
+            alias[sm] = lg
+            prob[lg] += prob[sm] - 1.0
+            if prob[lg] < 1.0:
                 small[ns] = lg
                 ns += 1
             else:
                 large[nl] = lg
                 nl += 1
         for k in range(nl):  # left over by rounding: certain
-            prob[lo + large[k]] = 1.0
+            prob[large[k]] = 1.0
         for k in range(ns):
-            prob[lo + small[k]] = 1.0
+            prob[small[k]] = 1.0
         for k in range(n):
-            table[lo + k, 0] = np.int64(prob[lo + k] * _TWO53)
-            table[lo + k, 1] = np.int64(indices[lo + k]) | (np.int64(indices[lo + alias[lo + k]]) << 32)
+            table[lo + k, 0] = np.int64(prob[k] * _TWO53)
+            table[lo + k, 1] = np.int64(indices[lo + k]) | (np.int64(indices[lo + alias[k]]) << 32)
+
+
+@nb.njit(cache=True, inline="always")
+def _upper_at(i, j, M):
+    """Index of S[i, j] (i < j) in the strict upper triangle packed by rows (int64 throughout:
+    a prange index mixed with int64 types as float)."""
+    i, j, M = np.int64(i), np.int64(j), np.int64(M)
+    return i * M - i * (i + np.int64(1)) // np.int64(2) + j - i - np.int64(1)
+
+
+@nb.njit(cache=True, parallel=True)
+def upper_counts(packed, M, counts):
+    """Entries > 0 of every row of the symmetric matrix whose strict upper triangle is
+    ``packed`` (row r: S[c, r] for c < r, S[r, c] for c > r)."""
+    for r in nb.prange(M):
+        n = 0
+        for c in range(M):
+            if c != r and packed[_upper_at(min(r, c), max(r, c), M)] > 0:
+                n += 1
+        counts[r] = n
+
+
+@nb.njit(cache=True, parallel=True)
+def upper_fill(packed, M, indptr, indices, weights, pos):
+    """The CSR rows (columns ascending) of the entries > 0 that :func:`upper_counts` counted,
+    and with a position index (``pos`` M × M) each entry's position in them, -1 elsewhere."""
+    for r in nb.prange(M):
+        at = indptr[r]
+        for c in range(M):
+            v = packed[_upper_at(min(r, c), max(r, c), M)] if c != r else 0.0
+            if v > 0:
+                indices[at] = c
+                weights[at] = v
+                if pos.shape[0]:
+                    pos[r, c] = at
+                at += 1
+            elif pos.shape[0]:
+                pos[r, c] = -1
 
 
 @nb.njit(cache=True, inline="always")

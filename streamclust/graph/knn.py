@@ -349,6 +349,8 @@ def knn_graph(data, n_neighbors: int = 5, *, features=None, exclude=None, work_d
     distances are those of the unit rows, ``sqrt(2 − 2 cos)``).  ``cache_dtype``: as in
     :func:`streamclust.fit`.
     """
+    from ..base import warmup
+    warmup.start()
     from ..base.workdir import WorkDirLock
     for name, v in (("n_neighbors", n_neighbors), ("batch_size", batch_size)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:

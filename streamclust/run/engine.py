@@ -17,6 +17,7 @@ from .context import Context
 from ..errors import DataError, ParameterError
 from ..data.features import describe_features
 from .executor import LocalExecutor
+from ..base import warmup
 from ..base.threads import check_threads, use_threads
 from ..base.workdir import WorkDirLock, clean_stale
 from ..base.interrupt import check
@@ -314,6 +315,7 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
     thread budget, shared by numba kernels, BLAS and the graph's pools (default -1: the CPUs
     this process may use, its affinity mask and its container's CPU quota).
     """
+    warmup.start()  # numba's compiler set up while the data are opened and read
     _check_int("batch_size", batch_size, 1, 2**63 - 1)  # more than memory allows: lowered
     _check_int("max_epochs", max_epochs, 1)
     if blas_threads is not None:

@@ -150,10 +150,12 @@ def update(data, work_dir: str, *, max_epochs: int = 100, progress: bool | None 
     the fitted model.  ``before_pass``: called once new files are found, before the first pass
     (the CLI checks its output path there: with nothing new, an existing one is no error).  Other
     arguments as for :func:`streamclust.fit`."""
+    from ..base import warmup
     from ..base.threads import check_threads, use_threads
     from ..base.workdir import WorkDirLock
     from ..data.features import FeatureSpec
     from ..plugins import PluginHost
+    warmup.start()
     engine._check_int("max_epochs", max_epochs, 1)
     knn_options = {"threads": check_threads(threads), **(knn_options or {})}
     if not os.path.isdir(work_dir):

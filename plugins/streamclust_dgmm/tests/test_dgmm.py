@@ -257,6 +257,22 @@ def test_alias_tables_hold_the_row_distribution():
         np.testing.assert_allclose(sim.cum[lo:lo + n], np.cumsum(w[lo:lo + n]), rtol=1e-12)
 
 
+@pytest.mark.parametrize("M", [1, 2, 7, 40])
+def test_packed_similarity_rows_match_the_dense_matrix(M, monkeypatch):
+    """The CSR rows, running sums, alias tables and position index built on all threads from the
+    packed upper triangle equal those of the dense matrix through NumPy (``np.nonzero``, a
+    lexsort), with and without the position index."""
+    from streamclust_dgmm import similarity
+    from streamclust_dgmm.similarity import dense_to_rows, packed_to_rows, unpack_upper
+    rng = np.random.default_rng(M)
+    packed = rng.random(M * (M - 1) // 2) * (rng.random(M * (M - 1) // 2) < 0.5)
+    for limit in (similarity.POSITIONS_MAX, 0):
+        monkeypatch.setattr(similarity, "POSITIONS_MAX", limit)
+        want, got = dense_to_rows(unpack_upper(packed, M)), packed_to_rows(packed, M)
+        for name in want._fields:
+            np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
+
+
 def _tree_search(tree, means, x, probe, H):
     """The tree's rule in plain NumPy: nearest child down to the bottom, then the exact top H
     among the members of the ``probe`` nearest leaves."""
