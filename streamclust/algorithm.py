@@ -22,6 +22,11 @@ class Param:
     choices: tuple | None = None
 
     def convert(self, name: str, value):
+        if self.type is str and isinstance(value, bool) and self.choices and "true" in self.choices:
+            value = "true" if value else "false"  # a switch with an "auto" setting
+        elif self.type is str and isinstance(value, str) and self.choices and "true" in self.choices:
+            low = value.strip().lower()  # (as a bool parameter reads them)
+            value = {"1": "true", "yes": "true", "0": "false", "no": "false"}.get(low, low)
         if isinstance(value, str) and self.type is not str:
             text = value.strip()
             try:

@@ -142,6 +142,60 @@ def _row_sums(K, out):
         out[i] = s
 
 
+@nb.njit(cache=True, inline="always")
+def _top_threshold(row, skip, rho, top):
+    """The ``rho``-th largest value of ``row`` leaving out position ``skip`` (-1: none), through
+    the sorted buffer ``top``; -1 (below every kernel value) when the row has fewer."""
+    m = 0
+    for j in range(row.shape[0]):
+        if j == skip:
+            continue
+        v = row[j]
+        if m < rho:
+            k = m
+            m += 1
+        elif v > top[rho - 1]:
+            k = rho - 1
+        else:
+            continue
+        while k > 0 and top[k - 1] < v:
+            top[k] = top[k - 1]
+            k -= 1
+        top[k] = v
+    return top[rho - 1] if m == rho else -1.0
+
+
+@nb.njit(parallel=True, cache=True)
+def knn_mask(K, rho, deg):
+    """The kernel K (n × n, symmetric) kept on the symmetric kNN graph of its rows: K[i, j]
+    stays when j is among the ``rho`` largest entries of row i (its nearest rows) or i among
+    those of row j, and the diagonal; the rest is set to 0.  ``deg`` ← the masked row sums
+    (each summed in column order: the same whatever the thread count)."""
+    n = K.shape[0]
+    thr = np.empty(n)
+    for i in nb.prange(n):
+        thr[i] = _top_threshold(K[i], i, rho, np.empty(rho))
+    for i in nb.prange(n):
+        s = 0.0
+        for j in range(n):
+            v = K[i, j]
+            if j != i and v < thr[i] and v < thr[j]:
+                K[i, j] = 0.0
+            else:
+                s += v
+        deg[i] = s
+
+
+@nb.njit(parallel=True, cache=True)
+def _keep_nearest(E, rho):
+    """Every row of E keeps its ``rho`` largest entries (ties kept), the rest set to 0."""
+    for i in nb.prange(E.shape[0]):
+        t = _top_threshold(E[i], -1, rho, np.empty(rho))
+        for j in range(E.shape[1]):
+            if E[i, j] < t:
+                E[i, j] = 0.0
+
+
 def kernel_degrees(PT, inv2s2, K, deg):
     """``K[i, j] = exp(−‖P_i − P_j‖² · inv2s2)`` (0 beyond ``EXP_CUTOFF``) and
     ``deg[i] = Σ_j K[i, j]``, for the points P given transposed (``PT``: q × n).  Each pair is
@@ -193,9 +247,10 @@ def _normalise_rows(E, amin, dq, deg):
             row[j] *= dq[j] * r
 
 
-def cross_kernel(P, QT, inv2s2, dq, Kt, deg):
+def cross_kernel(P, QT, inv2s2, dq, Kt, deg, neighbors=0):
     """Nyström rows: ``deg[i] = Σ_j exp(−‖P_i − Q_j‖² · inv2s2)`` and
-    ``Kt[i, j] = exp(…) · dq[j] / √deg[i]`` for the sample Q given transposed (``QT``: q × m).
+    ``Kt[i, j] = exp(…) · dq[j] / √deg[i]`` for the sample Q given transposed (``QT``: q × m);
+    with ``neighbors`` > 0 only each row's that many nearest sample rows count (the rest 0).
     Entries below ε/2 of the row's largest (exponent beyond the row's smallest + ``EXP_CUTOFF``)
     are 0: they change the degree and the row's products by less than m·ε/2 (relative).  The
     exponentials are taken relative to the row's largest, so no entry underflows before the
@@ -204,6 +259,8 @@ def cross_kernel(P, QT, inv2s2, dq, Kt, deg):
     amin = np.empty(len(P))
     _cross_exponents(P, QT, inv2s2, Kt, amin)
     _shifted_exp(Kt, amin)
+    if neighbors > 0:
+        _keep_nearest(Kt, neighbors)
     _normalise_rows(Kt, amin, dq, deg)
 
 

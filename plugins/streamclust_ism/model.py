@@ -15,7 +15,9 @@ class NystromModel:
     ``degree_scale_``, ``extension_``, ``offset_``, ``U_``, ``centers_`` and ``_ensure_labels``."""
 
     def embed(self, X, _buffer=None) -> np.ndarray:
-        """Nyström extension of U to new rows (exact for the sample's own rows).  ``_buffer``: a
+        """Nyström extension of U to new rows (exact for the sample's own rows with the full
+        kernel; with ``neighbors_`` each row's kernel row holds its that many nearest sample
+        rows, so a sample row's own row is its fitted one only approximately).  ``_buffer``: a
         reusable float64 array of at least len(X) × sample rows for the kernel rows."""
         X = np.asarray(X, dtype=np.float64)
         if self.row_unit_:
@@ -27,7 +29,8 @@ class NystromModel:
             _buffer = np.empty(len(P) * m)
         Kt, deg = _buffer[:len(P) * m].reshape(len(P), m), np.empty(len(P))
         kn.cross_kernel(np.ascontiguousarray(P), QT, 1.0 / (2.0 * self.sigma_ ** 2),
-                        np.ascontiguousarray(self.degree_scale_, dtype=np.float64), Kt, deg)
+                        np.ascontiguousarray(self.degree_scale_, dtype=np.float64), Kt, deg,
+                        self.neighbors_)
         far = deg <= 1e-300
         E = Kt @ self.extension_ - self.offset_[None, :]
         if far.any():  # no sample point within reach of the kernel: use the nearest one
@@ -55,7 +58,7 @@ class NystromModel:
         self._ensure_labels()
         st = {k.rstrip("_"): getattr(self, k) for k in self._ARRAYS}
         st.update(sigma=float(self.sigma_), lambda_value=float(self.lambda_), q=int(self.q_),
-                  row_unit=bool(self.row_unit_))
+                  row_unit=bool(self.row_unit_), neighbors=int(self.neighbors_))
         return st
 
     def set_state(self, state: dict) -> None:
@@ -65,6 +68,11 @@ class NystromModel:
         self.lambda_ = float(state["lambda_value"])
         self.q_ = int(state["q"])
         self.row_unit_ = bool(state.get("row_unit", False))  # models saved before the search
+        self.neighbors_ = state.get("neighbors", 0)  # models saved before the kNN kernel: 0
+        if isinstance(self.neighbors_, bool) or not isinstance(self.neighbors_, (int, np.integer)) \
+                or self.neighbors_ < 0:
+            raise ParameterError(f"ISM state 'neighbors' must be an integer >= 0, got {self.neighbors_!r}")
+        self.neighbors_ = int(self.neighbors_)
         n, d = self.projected_.shape[0], self.mean_.shape[0]
         c = self.n_clusters
         q = self.W_.shape[1]  # below q_ when max_epochs stopped the growth early

@@ -443,3 +443,95 @@ def test_nystrom_rows_against_numpy():
         np.testing.assert_allclose(Kt[i], ref, rtol=1e-12, atol=1e-15 * ref.max())
         assert deg[i] == pytest.approx(E[i].sum(), rel=1e-12)
     assert deg[21] == 0.0 and (Kt[21] == 0).all()
+
+
+def test_knn_masked_kernel_against_numpy():
+    """The kernel kept on the symmetric kNN graph: K[i, j] stays when j is among row i's ρ
+    largest off-diagonal entries or i among row j's (and the diagonal); degrees are the kept
+    row sums; the normalised K̃ is D^-1/2 K D^-1/2 of the kept entries."""
+    rng = np.random.default_rng(5)
+    P = rng.normal(size=(90, 3))
+    sigma, rho = 0.9, 4
+    K = np.exp(-sp.sqdist(P) / (2 * sigma ** 2))
+    off = K - 2 * np.eye(len(P))  # the diagonal below every entry
+    nearest = np.argsort(-off, axis=1, kind="stable")[:, :rho]
+    keep = np.zeros(K.shape, bool)
+    keep[np.arange(len(P))[:, None], nearest] = True
+    keep |= keep.T | np.eye(len(P), dtype=bool)
+    Km = np.where(keep, K, 0.0)
+    deg = Km.sum(1)
+    Kt, dm = sp.normalized_kernel(P, sigma, neighbors=rho)
+    np.testing.assert_allclose(dm, 1 / np.sqrt(deg), rtol=1e-10)
+    np.testing.assert_allclose(Kt, Km / np.sqrt(np.outer(deg, deg)), rtol=1e-10, atol=1e-15)
+    assert ((Kt > 0).sum(1) >= rho + 1).all() and (Kt == Kt.T).all()
+
+
+def test_nystrom_rows_with_neighbours_against_numpy():
+    """With ``neighbors``, a predicted row's kernel row holds its ρ nearest sample rows only,
+    normalised by their degree."""
+    rng = np.random.default_rng(12)
+    Q, P = rng.normal(size=(120, 3)), rng.normal(size=(15, 3))
+    inv, rho = 1.0 / (2 * 0.7 ** 2), 6
+    dq = rng.uniform(0.5, 2.0, len(Q))
+    Kt, deg = np.empty((len(P), len(Q))), np.empty(len(P))
+    kn.cross_kernel(P, np.ascontiguousarray(Q.T), inv, dq, Kt, deg, rho)
+    E = np.exp(-sp.sqdist(P, Q) * inv)
+    for i in range(len(P)):
+        e = np.where(np.isin(np.arange(len(Q)), np.argsort(-E[i])[:rho]), E[i], 0.0)
+        np.testing.assert_allclose(Kt[i], e * dq / np.sqrt(e.sum()), rtol=1e-12, atol=1e-300)
+        assert deg[i] == pytest.approx(e.sum(), rel=1e-12)
+
+
+def test_without_given_ism_clusters_like_knn_spectral_clustering():
+    """Two noisy concentric rings: without ``given`` ISM clusters on the kNN-masked kernel in
+    all features and matches scikit-learn's spectral clustering on a kNN graph (an independent
+    implementation)."""
+    sk = pytest.importorskip("sklearn.cluster")
+    from sklearn.datasets import make_circles
+    X, y = make_circles(1500, factor=0.5, noise=0.05, random_state=0)
+    ref = nmi(y, sk.SpectralClustering(2, affinity="nearest_neighbors", n_neighbors=10,
+                                       random_state=0).fit_predict(X))
+    m = streamclust.fit(_table(X), "ism", 2, progress=False)
+    got = nmi(y, m.predict(X))
+    assert ref > 0.9 and got >= ref - 0.02
+    a = m.algorithm_
+    assert a.q_ == 2 and a.neighbors_ == 5 and (a.scale_ == 1).all()  # all features, as they are
+
+
+def test_standardize_reads_switch_values_and_auto():
+    from streamclust.toolkit import ParameterError
+    X, yg, _ = moons_and_gaussians(300, 1, seed=3)
+    for v, want in ((True, "true"), (False, "false"), ("yes", "true"), ("0", "false"),
+                    ("auto", "auto")):
+        m = streamclust.fit(_table(X, yg), "ism", 2, given="given", standardize=v, max_epochs=1,
+                            progress=False)
+        assert m.algorithm_.hyper["standardize"] == want
+    with pytest.raises(ParameterError, match="standardize"):
+        streamclust.fit(_table(X, yg), "ism", 2, given="given", standardize="maybe", progress=False)
+
+
+def test_a_model_saved_before_the_knn_kernel_predicts_with_the_full_kernel(tmp_path):
+    X, yg, _ = moons_and_gaussians(600, 1, seed=3)
+    m = streamclust.fit(_table(X, yg), "ism", 2, given="given", progress=False)
+    st = m.algorithm_.state()
+    assert st["neighbors"] == 0
+    a = type(m.algorithm_)(2, given="given")
+    a.set_state({k: v for k, v in st.items() if k != "neighbors"})
+    assert a.neighbors_ == 0 and (a.predict(X).labels == m.predict(X)).all()
+    from streamclust.toolkit import ParameterError
+    with pytest.raises(ParameterError, match="neighbors"):
+        a.set_state(dict(st, neighbors=-2))
+
+
+def test_a_kernel_of_disconnected_parts_keeps_every_copy_of_its_top_eigenvalue():
+    """Four blobs, each its own part of the kNN-masked kernel: eigenvalue 1 has four copies
+    (numpy's dense solver); the U-step's solver for such kernels finds all four, so the four
+    blobs are four clusters."""
+    from streamclust.testing import make_blobs
+    X, y = make_blobs()
+    Kt, _ = sp.normalized_kernel(X - X.mean(0), 2.0, neighbors=5)
+    want = np.linalg.eigvalsh(sp.centre(Kt))[::-1][:4]
+    w, U = sp.top_eigenvectors(Kt, 4, centred=True, dense=True)
+    np.testing.assert_allclose(w, want, atol=1e-10)
+    m = streamclust.fit(_table(X), "ism", 4, progress=False)
+    assert nmi(y, m.predict(X)) == pytest.approx(1.0)
