@@ -332,8 +332,9 @@ def test_variants_find_well_separated_blobs(kw):
 
 
 def test_balance_none_finds_clusters_of_unequal_sizes():
-    """One cluster of 1 800 rows and two of 200: the default balance splits the large one (it
-    steers the pairs towards equal classes), ``balance="none"`` leaves sizes to the data."""
+    """One cluster of 1 800 rows and two of 200: a balance steered to equal sizes splits the
+    large one (``balance_start=0``), ``balance="none"`` leaves sizes to the data, and the
+    default's extra start, steered to the k-means start's sizes, goes on by its lower loss."""
     from streamclust.toolkit import nmi
     rng = np.random.default_rng(0)
     X = np.vstack([rng.normal(0, 1, (1800, 5)), rng.normal(6, 1, (200, 5)),
@@ -341,8 +342,12 @@ def test_balance_none_finds_clusters_of_unequal_sizes():
     y = np.repeat([0, 1, 2], [1800, 200, 200])
     free = streamclust.fit(X, "ncutemb", 3, seed=0, balance="none", progress=False)
     assert nmi(y, free.predict(X)) > 0.95
-    capped = streamclust.fit(X, "ncutemb", 3, seed=0, progress=False)
-    assert nmi(y, capped.predict(X)) < 0.5
+    equal = nmi(y, streamclust.fit(X, "ncutemb", 3, seed=0, balance_start=0,
+                                   progress=False).predict(X))
+    assert equal < 0.5
+    auto = streamclust.fit(X, "ncutemb", 3, seed=0, progress=False)
+    assert auto.algorithm_.start_ == 1  # the second of two starts: the k-means sizes
+    assert nmi(y, auto.predict(X)) > equal + 0.1
 
 
 def test_group_rows_is_a_counting_sort():
@@ -459,18 +464,22 @@ def test_starts_screened_resume_mid_screening_equals_an_uninterrupted_fit():
 
 def test_starts_screened_start_0_is_the_single_start_and_the_lowest_loss_goes_on():
     """Start 0 is the fit of one start (its losses during the screen are those of ``n_init=1``);
-    after the screen the start of the lowest mean loss over its last epochs goes on."""
-    from streamclust_ncutemb.starts import LAST
+    after the screen the start of the lowest mean loss over its last epochs goes on (with
+    ``balance_start=-1`` the last start's divided by ``UNEQUAL_MARGIN``)."""
+    from streamclust_ncutemb.starts import LAST, UNEQUAL_MARGIN
     X, _ = make_blobs(n=3000, k=4, d=6, seed=2, spread=2.5)
     one = streamclust.fit(X, "ncutemb", 4, hidden=8, n_init=1, epochs=12, seed=1, progress=False)
-    three = streamclust.fit(X, "ncutemb", 4, hidden=8, n_init=3, screen_epochs=6, epochs=12, seed=1,
-                            progress=False)
-    screened = [h["starts"] for h in three.history[:6]]
-    np.testing.assert_allclose([s[0] for s in screened], [h["objective"] for h in one.history[:6]],
-                               rtol=1e-9)
-    means = np.array(screened)[-LAST:].mean(axis=0)
-    assert three.history[5]["start"] == int(np.argmin(means))
-    assert "starts" not in three.history[6]
+    for balance in (0.0, -1.0):  # equal sizes; the last start steered to the k-means sizes
+        three = streamclust.fit(X, "ncutemb", 4, hidden=8, n_init=3, screen_epochs=6, epochs=12,
+                                seed=1, balance_start=balance, progress=False)
+        screened = [h["starts"] for h in three.history[:6]]
+        np.testing.assert_allclose([s[0] for s in screened],
+                                   [h["objective"] for h in one.history[:6]], rtol=1e-9)
+        means = np.array(screened)[-LAST:].mean(axis=0)
+        if balance < 0:  # its loss counts divided by the margin
+            means[-1] /= UNEQUAL_MARGIN
+        assert three.history[5]["start"] == int(np.argmin(means))
+        assert "starts" not in three.history[6]
 
 
 def test_starts_screened_cut_the_worst_of_a_hidden_layer_on_usps():
@@ -485,14 +494,18 @@ def test_starts_screened_cut_the_worst_of_a_hidden_layer_on_usps():
 def test_balance_start_steers_to_the_k_means_sizes_and_lets_shuttle_keep_its_big_class():
     """``balance_start=1``: the balance's fair counts are N times the k-means start's shares
     (hand-computed from the start), and on Shuttle (80 % one class) the fit beats KMeans where
-    equal sizes (the default) do not."""
+    equal sizes do not; the default's extra start of the k-means sizes beats KMeans too."""
     from sklearn.cluster import KMeans
     from streamclust.toolkit import nmi
     from streamclust_ncutemb.algorithm import NCutEmb
+    shares = np.array([0.5, 0.3, 0.2])
     a = NCutEmb(3, balance_start=1.0, balance_window=50)
-    assert np.allclose(a._fresh_balance(np.array([0.5, 0.3, 0.2])).fair, [25.0, 15.0, 10.0])
-    assert np.allclose(NCutEmb(3, balance_window=50)._fresh_balance(np.array([0.5, 0.3, 0.2])).fair,
-                       50 / 3)
+    assert np.allclose(a._fresh_balance(shares, a._balance_weight(0)).fair, [25.0, 15.0, 10.0])
+    eq = NCutEmb(3, balance_start=0.0, balance_window=50)
+    assert np.allclose(eq._fresh_balance(shares, eq._balance_weight(0)).fair, 50 / 3)
+    auto = NCutEmb(3, balance_window=50)  # -1: equal sizes, and one more start of the k-means'
+    assert auto._n_init() == 2 and [auto._balance_weight(i) for i in range(2)] == [0.0, 1.0]
+    assert np.allclose(auto._fresh_balance(shares, auto._balance_weight(1)).fair, [25.0, 15.0, 10.0])
     path = os.path.join(DATA, "shuttle.npz")
     if not os.path.exists(path):
         pytest.skip(f"{path} is absent")
@@ -502,5 +515,8 @@ def test_balance_start_steers_to_the_k_means_sizes_and_lets_shuttle_keep_its_big
     km = nmi(y, KMeans(7, n_init="auto", random_state=0).fit_predict(Xm))
     got = nmi(y, streamclust.fit(X, "ncutemb", 7, scale="minmax", balance_start=1.0, seed=0,
                                  progress=False).predict(X))
-    equal = nmi(y, streamclust.fit(X, "ncutemb", 7, scale="minmax", seed=0, progress=False).predict(X))
-    assert got > km > equal, (got, km, equal)
+    equal = nmi(y, streamclust.fit(X, "ncutemb", 7, scale="minmax", balance_start=0.0, seed=0,
+                                   progress=False).predict(X))
+    default = nmi(y, streamclust.fit(X, "ncutemb", 7, scale="minmax", seed=0,
+                                     progress=False).predict(X))
+    assert got > km > equal and default > km, (got, km, equal, default)
