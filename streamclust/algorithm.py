@@ -10,6 +10,10 @@ import numpy as np
 from .errors import ParameterError
 
 
+#: what a bool parameter (and a switch's true / false) reads from text
+_SWITCH = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+
+
 @dataclass(frozen=True)
 class Param:
     """One hyper-parameter: default, type (int, float, str, bool), doc, and an optional check
@@ -22,18 +26,19 @@ class Param:
     choices: tuple | None = None
 
     def convert(self, name: str, value):
-        if self.type is str and isinstance(value, bool) and self.choices and "true" in self.choices:
-            value = "true" if value else "false"  # a switch with an "auto" setting
-        elif self.type is str and isinstance(value, str) and self.choices and "true" in self.choices:
-            low = value.strip().lower()  # (as a bool parameter reads them)
-            value = {"1": "true", "yes": "true", "0": "false", "no": "false"}.get(low, low)
+        if self.type is str and self.choices and "true" in self.choices:  # a switch with "auto"
+            if isinstance(value, bool):
+                value = "true" if value else "false"
+            elif isinstance(value, str):  # read as a bool parameter reads it
+                text = value.strip().lower()
+                value = ("true" if _SWITCH[text] else "false") if text in _SWITCH else text
         if isinstance(value, str) and self.type is not str:
             text = value.strip()
             try:
                 if self.type is bool:
-                    if text.lower() not in ("1", "0", "true", "false", "yes", "no"):
+                    if text.lower() not in _SWITCH:
                         raise ValueError(text)
-                    value = text.lower() in ("1", "true", "yes")
+                    value = _SWITCH[text.lower()]
                 else:
                     value = self.type(float(text)) if self.type is int and "e" in text.lower() \
                         else self.type(text)

@@ -77,6 +77,8 @@ def unpack_upper(packed: np.ndarray, M: int) -> np.ndarray:
 
 
 def dense_to_rows(S: np.ndarray) -> SimRows:
+    """The sampling rows of a dense S through NumPy (the fit uses :func:`packed_to_rows`; this is
+    its reference in the tests, and the way to rows from an S at hand)."""
     rows, cols = np.nonzero(S > 0)
     return _csr(rows, cols, S[rows, cols], S.shape[0])
 

@@ -175,7 +175,8 @@ class ISM(Updates, CandidateSearch, NystromModel, Algorithm):
     def _standardized(self) -> bool:
         """``standardize``: auto is on with ``given`` (the search's scales were chosen on
         standardised rows) and off without (spectral clustering on the rows as they are: on
-        usps standardising gave the border pixels the weight of the strokes, NMI 0.70 against 0.78)."""
+        usps standardising gave the border pixels the weight of the strokes, NMI 0.70 against
+        0.78)."""
         v = self.hyper["standardize"]
         return bool(self.hyper["given"]) if v == "auto" else v == "true"
 
@@ -199,7 +200,7 @@ class ISM(Updates, CandidateSearch, NystromModel, Algorithm):
         # spectral embedding of the data (W = I) and the automatic λ
         sigma0 = self._auto_sigma(self._X, 1.0) if not h["sigma"] else h["sigma"]
         Kt, _ = sp.normalized_kernel(self._X, sigma0, neighbors=self.neighbors_)
-        U, _ = sp.embedding(Kt, c, dense=self.neighbors_ > 0)
+        U, _ = self._embedding(Kt)
         self.U_ = U  # the start of the first U-step in the subspace
         cq, aq = sp.objective(Kt, U, self._Yc, 1.0)
         self._spare = Kt  # its memory holds the next kernel
@@ -285,11 +286,13 @@ class ISM(Updates, CandidateSearch, NystromModel, Algorithm):
             old = getattr(self, "_Kt", None)
             self._Kt, self.degree_scale_ = self._kernel(self.W_)
             self._spare = old
-        # (a kNN kernel may fall in disconnected parts: the dense solver, see top_eigenvectors)
-        self.U_, self.eigenvalues_ = sp.embedding(self._Kt, self.n_clusters,
-                                                  start=getattr(self, "U_", None),
-                                                  dense=self.neighbors_ > 0)
+        self.U_, self.eigenvalues_ = self._embedding(self._Kt, start=getattr(self, "U_", None))
         self._labels_stale = True
+
+    def _embedding(self, Kt, start=None):
+        """The U-step's eigenvectors of ``Kt``; a kNN kernel's by the dense solver (it may fall in
+        disconnected parts, see :func:`spectral.top_eigenvectors`)."""
+        return sp.embedding(Kt, self.n_clusters, start=start, dense=self.neighbors_ > 0)
 
     def _ensure_labels(self):
         if getattr(self, "_labels_stale", False):
@@ -306,7 +309,8 @@ class ISM(Updates, CandidateSearch, NystromModel, Algorithm):
         (a kernel no longer needed leaves its memory in ``_spare``): page-faulting a fresh array
         cost 4 ms of a 10 ms kernel at n = 2000."""
         out, self._spare = getattr(self, "_spare", None), None
-        return sp.normalized_kernel(self._X @ W, self.sigma_, out=out, neighbors=self.neighbors_)
+        return sp.normalized_kernel(self._X @ W, self.sigma_, out=out,
+                                    neighbors=self.neighbors_)
 
     def _wstep(self):
         """ISM iterations W ← the q smallest eigenvectors of Φ(W), U fixed, kept monotone: the

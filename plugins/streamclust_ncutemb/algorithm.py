@@ -41,9 +41,10 @@ Choices where the slides are silent (measured on bcw, g50c, glass and the usps t
   outputs (centred per row) from its tanh units on the sample, scaled the same way: the usps
   test split with 50 units, median of 3 seeds 20.5 % against 28.2 % from a random start;
   70 000 digits at 28 × 28, 5 seeds, median 18.3 % against 22.7 %.
-* Starts (``n_init``; 0: 3 with a hidden layer, 1 without, one more with ``balance_start=-1``): the starts run side by side for
-  ``screen_epochs`` epochs and the one of lowest loss goes on (``starts.py``: usps test split,
-  50 units, 10 seeds, worst 23.4 → 20.9 %; all of usps, 5 seeds, median 14.9 → 13.6 %).
+* Starts (``n_init``; 0: 3 with a hidden layer, 1 without, one more with
+  ``balance_start=-1``): the starts run side by side for ``screen_epochs`` epochs and the
+  one of lowest loss goes on (``starts.py``: usps test split, 50 units, 10 seeds, worst
+  23.4 → 20.9 %; all of usps, 5 seeds, median 14.9 → 13.6 %).
   ``balance_start`` steers the balance to the k-means start's class sizes instead of equal
   ones (Shuttle, 80 % one class: NMI 0.31 → 0.53; usps loses: 18.3 → 20.6 %); its default, -1,
   adds one such start and keeps it only when its loss is clearly lower (Shuttle NMI 0.56, usps
@@ -302,9 +303,10 @@ class NCutEmb(Updates, Algorithm):
             starts = [(net, self._fresh_balance())]
         else:
             self._pairs_ = self._pairs(ctx)
-            starts = [(kn.working(net), self._fresh_balance(shares, self._balance_weight(i)))
-                      for i, (net, shares) in enumerate(self._init_net(ctx, i)
-                                                        for i in range(self._n_init()))]
+            starts = []
+            for i in range(self._n_init()):
+                net, shares = self._init_net(ctx, i)
+                starts.append((kn.working(net), self._fresh_balance(shares, self._balance_weight(i))))
         (self._net, self._bal), self._starts = starts[0], starts[1:]
         self._losses = [[] for _ in starts] if len(starts) > 1 else []
         self._avg, self._n_avg, self._epoch = None, 0, 0

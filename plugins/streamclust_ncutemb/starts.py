@@ -89,9 +89,9 @@ def screen(algo, ctx, cfg):
     losses = [v[-1] for v in algo._losses]
     h = algo.hyper
     if algo._epoch + 1 >= screened(algo._n_init(), h["screen_epochs"], algo._epochs(ctx.n_rows)):
-        auto = h["balance_start"] < 0  # (start i's balance: algo._balance_weight(i))
-        b = best(algo._losses, {i for i in range(len(algo._losses))
-                                if auto and algo._balance_weight(i) > 0})
+        unequal = {i for i in range(len(algo._losses)) if algo._balance_weight(i) > 0} \
+            if h["balance_start"] < 0 else set()  # (a balance_start the user set: no margin)
+        b = best(algo._losses, unequal)
         if b:
             algo._net, algo._bal = algo._starts[b - 1]
         algo.start_ = b
