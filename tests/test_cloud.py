@@ -377,6 +377,38 @@ def test_an_update_without_a_shared_work_directory_equals_a_local_update(cloud, 
     assert list(got.cluster_ids) == list(want.cluster_ids)
 
 
+def test_an_update_then_a_fit_on_one_executor_equal_local_runs_and_leave_no_shares(cloud, tmp_path):
+    """Issue 84: an update ran a copy of the fit's path that never ended the run, so the
+    workers' shares of its rows stayed on their disks and the executor kept them as its rows.
+    Now one path: after the update and after a fit on the same executor, both equal to their
+    local runs, no share is left and the executor holds no rows."""
+    import shutil
+    X, _, local, _ = cloud.data
+    files = sorted(os.listdir(local))
+    grow = tmp_path / "grow"
+    grow.mkdir()
+    for f in files[:2]:
+        shutil.copy(os.path.join(local, f), grow / f)
+    kw = dict(features="embedding", progress=False, batch_size=2000, seed=0, **FITS["dgmm"])
+    uri = cloud.put_dir(str(grow), "one-executor")
+    ex = _executor(cloud)
+    streamclust.fit(str(grow), "dgmm", 6, work_dir=str(tmp_path / "wl"), **kw)
+    streamclust.fit(uri, "dgmm", 6, work_dir=str(tmp_path / "wc"), executor=ex, **kw)
+    assert not any(_shares(cloud).values()) and ex.worker_rows is None
+    shutil.copy(os.path.join(local, files[2]), grow / files[2])
+    uri = cloud.put_dir(str(grow), "one-executor", [files[2]])
+    want = streamclust.update(str(grow), str(tmp_path / "wl"), progress=False)
+    got = streamclust.update(uri, str(tmp_path / "wc"), progress=False, executor=ex)
+    assert got.info["worker_cache"] == "local"
+    assert np.array_equal(want.predict(X), got.predict(X))
+    assert not any(_shares(cloud).values()) and ex.worker_rows is None  # the update's gone too
+    want = streamclust.fit(str(grow), "dgmm", 6, **kw)
+    got = streamclust.fit(uri, "dgmm", 6, work_dir=str(tmp_path / "w2"), executor=ex, **kw)
+    assert got.info["worker_cache"] == "local" and got.info["rows"] == len(X)
+    assert np.array_equal(want.predict(X), got.predict(X))
+    assert not any(_shares(cloud).values()) and ex.worker_rows is None
+
+
 def _read_a_write_b(batch, state, _params):
     a, b = state
     b[:] = 2 * a + batch.X[:, 0]

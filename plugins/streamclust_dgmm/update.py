@@ -110,7 +110,7 @@ class Updates:
         st = self._fit_stats
         evals = 0
         if st is None or st[2] != ctx.old_rows:
-            from .algorithm import estep_step  # (algorithm imports this module)
+            from .passes import estep_step
             from .kernels import EStepConfig, GMMParams
             import numba
             cfg = EStepConfig(self.H_, 0, self.seed, MOVE_KEY - 1, 0, self.dense_, False)

@@ -1,25 +1,23 @@
 """The engine: open the data, build the feature cache and the declared summaries, run the
-algorithm's epochs, call hooks.  ``fit`` reads as its three stages: prepare, loop, finish."""
+algorithm's epochs, call hooks.  A fit and an update run one path, :func:`drive`: set up
+(:mod:`.setup`), prepare, begin (a fit's :class:`FreshStart`, an update's
+:class:`~streamclust.run.update.FromFitted`), loop, finish."""
 from __future__ import annotations
 
 import contextlib
 import logging
 import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 
 from . import checkpoint
 from ..data.cache import FeatureCache
-from ..data.columns import check_columns
 from .context import Context
 from ..errors import DataError, ParameterError
 from ..data.features import describe_features
-from .executor import LocalExecutor
 from ..base import warmup
 from ..base.threads import check_threads, use_threads
-from ..base.workdir import WorkDirLock, clean_stale
+from ..base.workdir import WorkDirLock
 from ..base.interrupt import check
 from ..base.progress import enabled
 from ..model.fitted import Model
@@ -27,10 +25,11 @@ from ..plugins import PluginHost
 from ..data.scaling import check_scale
 from ..data.transforms import check_metric, row_transform
 from ..data.cache import check_cache_dtype
-from ..data.sources import open_data
+from .setup import check_int, executor_of, open_input, plan_parts, plan_run, work_dir_of
 from .shards import end_run, worker_cache
 
 log = logging.getLogger(__name__)
+
 
 @dataclass
 class Run:
@@ -57,42 +56,7 @@ class _State:
     checkpoints: bool
     info: dict
     since: int = 0  # the first history record of this run (an update's records follow the fit's)
-
-
-def _check_int(name, value, low, high=2**31 - 1):
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ParameterError(f"{name} must be an integer from {low} to {high}, got {value!r}")
-
-
-def _executor(executor, client):
-    if client is not None:
-        if executor is not None:
-            raise ParameterError("give either executor= or client=, not both")
-        from .dask_executor import DaskExecutor
-        return DaskExecutor(client)
-    return executor or LocalExecutor()
-
-
-def _open(data, algo, req, features, exclude, on_invalid, host=None):
-    d = open_data(data, features=features, on_invalid=on_invalid, exclude=exclude,
-                  reserved=req.columns, host=host)
-    check_columns(d.source.schema, req.columns, d.source.name, algo.name)
-    overlap = sorted(set(req.columns) & set(d.spec.columns))
-    if overlap:
-        raise DataError(f"{d.source.name}: column(s) {overlap} cannot be both features and "
-                        f"labels for algorithm '{algo.name}'")
-    return d
-
-
-def _work_dir(stack: contextlib.ExitStack, work_dir: str | None) -> tuple[str, bool]:
-    """The run's work directory (a temporary one, removed at the end, unless given)."""
-    if work_dir is None:
-        clean_stale(tempfile.gettempdir(), "streamclust-")
-        work_dir = tempfile.mkdtemp(prefix="streamclust-")
-        stack.callback(shutil.rmtree, work_dir, ignore_errors=True)
-        return work_dir, True
-    os.makedirs(work_dir, exist_ok=True)
-    return work_dir, False
+    owned: bool = False  # the work directory is the run's own (temporary)
 
 
 def _bar(show: bool, **kw):
@@ -157,7 +121,7 @@ def _prepare(algo, req, d, work_dir, executor, opts) -> _State:
     # the rows are known now (a CSV's only after the cache pass): what the algorithm may hold
     plan = opts["plan"]
     if plan.rows != cache.n_rows:
-        plan = _plan_parts(plan.limit, algo, req, min(opts["batch_size"], cache.n_rows),
+        plan = plan_parts(plan.limit, algo, req, min(opts["batch_size"], cache.n_rows),
                            cache.n_features, cache.n_rows, plan.cell_rows)
         log.debug("%s (%d rows)", plan.describe(), cache.n_rows)
     left = plan.algorithm_budget
@@ -173,32 +137,16 @@ def _prepare(algo, req, d, work_dir, executor, opts) -> _State:
                 "scale": opts["scale"], "metric": opts["metric"]}
     if cache_dtype != "float32":  # (a float32 run's identity is as before the option existed)
         identity["cache_dtype"] = cache_dtype
-    return _State(algo, d, ctx, run, identity, show, not opts["owned"] and algo.can_resume(), info)
+    return _State(algo, d, ctx, run, identity, show, not opts["owned"] and algo.can_resume(), info,
+                  owned=opts["owned"])
 
 
-def _clear_row_state(work_dir: str) -> None:
+def clear_row_state(work_dir: str) -> None:
     """A fresh fit removes the row state an earlier fit left in its work directory (checkpoints
     copy every ``state_*`` file, so a stale one would be copied after every epoch)."""
     for name in os.listdir(work_dir):
         if name.startswith(("state_", "scratch_")) and os.path.isfile(os.path.join(work_dir, name)):
             os.remove(os.path.join(work_dir, name))
-
-
-def _begin(st: _State, resume: bool):
-    """Restore the algorithm from the work directory's checkpoint (``resume``) or ``start`` it.
-    Returns the first epoch to run."""
-    algo, ctx = st.algo, st.ctx
-    found = checkpoint.find(ctx.work_dir) if resume else None
-    if resume and found is None:
-        log.warning("%s: no checkpoint to resume from; starting a fresh fit", ctx.work_dir)
-    if found is None:
-        _clear_row_state(ctx.work_dir)
-        t = time.perf_counter()
-        algo.start(ctx)
-        st.info["start"] = {"seconds": time.perf_counter() - t,
-                            "distance_evaluations": ctx.distance_evaluations}
-        return 0
-    return int(resume_from(st, found)["epoch"])
 
 
 def resume_from(st: _State, found: str) -> dict:
@@ -278,6 +226,98 @@ def _finish(st: _State, converged: bool, host) -> Model:
     return model
 
 
+@dataclass
+class Job:
+    """A run as given to ``fit`` or ``update``: the algorithm, how its data are read
+    (``reading``: features, exclude, on_invalid) and where and how it runs (``options``: scale,
+    metric, cache_dtype; an update's also keep_scaling and the fitted scaler)."""
+
+    algo: object
+    reading: tuple
+    work_dir: str | None
+    executor: object
+    host: PluginHost
+    batch_size: int
+    memory_limit: object
+    knn_options: dict | None
+    threads: int
+    blas_threads: int | None
+    progress: bool | None
+    options: dict
+
+
+class FreshStart:
+    """How a fit begins and ends (:func:`drive`'s ``start``): from the algorithm's own
+    ``start`` (or, ``resume``, the work directory's checkpoint), then the fitted record a later
+    update starts from.  An update's is :class:`streamclust.run.update.FromFitted`."""
+
+    def __init__(self, resume: bool, max_epochs: int):
+        self.resume, self.max_epochs = resume, max_epochs
+
+    def opened(self, data) -> bool:
+        return True
+
+    def begin(self, st: _State) -> tuple:
+        """Restore the checkpoint (``resume``) or ``start`` the algorithm; (first, end) epochs."""
+        from .fitted_record import forget_base
+        algo, ctx = st.algo, st.ctx
+        found = checkpoint.find(ctx.work_dir) if self.resume else None
+        if self.resume and found is None:
+            log.warning("%s: no checkpoint to resume from; starting a fresh fit", ctx.work_dir)
+        if found is None:
+            clear_row_state(ctx.work_dir)
+            t = time.perf_counter()
+            algo.start(ctx)
+            st.info["start"] = {"seconds": time.perf_counter() - t,
+                                "distance_evaluations": ctx.distance_evaluations}
+            if not st.owned:
+                forget_base(ctx.work_dir)  # the base of an earlier fit here no longer describes it
+            return 0, self.max_epochs
+        return int(resume_from(st, found)["epoch"]), self.max_epochs
+
+    def end(self, st: _State, model: Model) -> None:
+        from .fitted_record import write_base, write_no_base
+        if st.checkpoints and st.algo.can_update():  # what a later update starts from
+            write_base(st.ctx.work_dir, st.identity, model, st.ctx.data, st.algo.seed,
+                       model.n_clusters)
+        elif not st.owned:
+            write_no_base(st.ctx.work_dir, st.algo.name)
+
+
+def drive(data, job: Job, start) -> Model | None:
+    """Every run's one path, a fit's and an update's: open the data (``start.opened`` may end
+    the run there: None), plan the memory, lock the work directory, cache the rows, build the
+    graph and the summaries, then ``start.begin`` (first and end epochs), the epochs,
+    ``finish`` and ``start.end``.  The lock, the thread budget and a shared-nothing run's
+    shares on the workers are released however the run ends."""
+    algo, host, executor = job.algo, job.host, job.executor
+    if job.blas_threads is not None:
+        check_int("blas_threads", job.blas_threads, 1)
+    knn_options = {"threads": check_threads(job.threads), **(job.knn_options or {})}
+    req = algo.requirements()  # once a run: what it declares does not change
+    d = open_input(data, algo, req, *job.reading, host)
+    log.info("%s: %s", d.source.name, describe_features(d.spec, d.left_out))
+    if not start.opened(d):
+        return None
+    knn_options, plan, batch_size = plan_run(job.memory_limit, algo, req, d.n_features,
+                                             job.batch_size, knn_options, d.n_rows, executor)
+    with contextlib.ExitStack() as stack:
+        work_dir, owned = work_dir_of(stack, job.work_dir)
+        stack.enter_context(WorkDirLock(work_dir))
+        stack.enter_context(use_threads(job.threads, job.blas_threads))
+        stack.push(lambda kind, *_: end_run(executor, kind is not None))  # (shared-nothing)
+        st = _prepare(algo, req, d, work_dir, executor,
+                      dict(job.options, show=enabled(job.progress), owned=owned,
+                           batch_size=batch_size, knn_options=knn_options, plan=plan))
+        log.info("fitting %s (k=%s, seed %d, executor %s)", algo.name, algo.n_clusters,
+                 algo.seed, getattr(executor, "name", type(executor).__name__))
+        first, end = start.begin(st)
+        host.hook.streamclust_run_started(run=st.run)
+        model = _finish(st, _loop(st, first, end, host), host)
+        start.end(st, model)
+        return model
+
+
 def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, features=None, exclude=None,
         seed: int = 0,
         batch_size: int = 65536, max_epochs: int = 100, work_dir: str | None = None,
@@ -316,103 +356,18 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
     this process may use, its affinity mask and its container's CPU quota).
     """
     warmup.start()  # numba's compiler set up while the data are opened and read
-    _check_int("batch_size", batch_size, 1, 2**63 - 1)  # more than memory allows: lowered
-    _check_int("max_epochs", max_epochs, 1)
-    if blas_threads is not None:
-        _check_int("blas_threads", blas_threads, 1)
-    knn_options = {"threads": check_threads(threads), **(knn_options or {})}
-    scale = check_scale(scale)
-    metric = check_metric(metric)
-    cache_dtype = check_cache_dtype(cache_dtype)
+    check_int("batch_size", batch_size, 1, 2**63 - 1)  # more than memory allows: lowered
+    check_int("max_epochs", max_epochs, 1)
     host = host or PluginHost()
     cls = host.algorithm(algorithm)
     if n_clusters is None and not cls.chooses_k:
         n_clusters = 8
     algo = cls(n_clusters, seed=seed, **params)
-    req = algo.requirements()  # once a fit: what it declares does not change
-    d = _open(data, algo, req, features, exclude, on_invalid, host)
-    log.info("%s: %s", d.source.name, describe_features(d.spec, d.left_out))
-    rows = d.n_rows  # a batch never holds more rows than the data (None: not known up front)
-    executor = _executor(executor, client)
-    knn_options, plan, batch_size = _budget(memory_limit, algo, req, d.n_features, batch_size,
-                                            knn_options, rows, executor)
     if resume and (work_dir is None or not algo.can_resume()):
         raise ParameterError("resume needs the work_dir of the interrupted run" if work_dir is None
                              else f"algorithm '{algorithm}' cannot resume (it writes no checkpoints)")
-    with contextlib.ExitStack() as stack:
-        work_dir, owned = _work_dir(stack, work_dir)
-        stack.enter_context(WorkDirLock(work_dir))
-        stack.enter_context(use_threads(threads, blas_threads))
-        stack.push(lambda kind, *_: end_run(executor, kind is not None))  # (shared-nothing)
-        st = _prepare(algo, req, d, work_dir, executor,
-                      {"show": enabled(progress), "owned": owned, "batch_size": batch_size,
-                       "knn_options": knn_options, "scale": scale, "metric": metric,
-                       "cache_dtype": cache_dtype, "plan": plan})
-        log.info("fitting %s (k=%s, seed %d, executor %s)", algo.name, algo.n_clusters, seed,
-                 getattr(executor, "name", type(executor).__name__))
-        from .fitted_record import forget_base, write_base, write_no_base
-        first = _begin(st, resume)
-        if not owned and "resumed_from_epoch" not in st.info:
-            forget_base(work_dir)  # the base of an earlier fit here no longer describes it
-        host.hook.streamclust_run_started(run=st.run)
-        model = _finish(st, _loop(st, first, max_epochs, host), host)
-        if st.checkpoints and algo.can_update():  # what a later update starts from
-            write_base(work_dir, st.identity, model, st.ctx.data, algo.seed, model.n_clusters)
-        elif not owned:
-            write_no_base(work_dir, algo.name)
-        return model
-
-
-def _budget(memory_limit, algo, req, n_features, batch_size, knn_options, rows, executor):
-    """The memory plan checked before any pass (``memory_limit`` parsed here, once): one batch;
-    beside it the declared sample or coreset and what the algorithm holds (``Algorithm.memory``);
-    the kNN graph's cells when the algorithm needs one (built before the algorithm starts).  On
-    a distributed executor the passes' tasks and the cells run on its workers: each must also
-    hold a batch a thread and its threads' cells.  A batch larger than the budget allows is
-    lowered to the largest it allows (half of what is left when a kNN graph's cells need the
-    rest).  Returns the graph's options (with the limit in bytes), the
-    :class:`~streamclust.base.memory.MemoryPlan` and the batch size."""
-    from ..base.memory import batch_for, budget, check_batches, check_worker_batches, workers_of
-    limit = budget(memory_limit)
-    workers = workers_of(executor)
-    held = _held(algo, req, n_features, rows)
-    batch_size = batch_for(batch_size, rows, n_features, limit, sum(int(p[0]) for p in held),
-                           workers, 0.5 if req.knn else 1.0)
-    batch = min(batch_size, rows) if rows else batch_size  # the most rows a batch holds
-    check_batches(limit, batch, n_features)
-    if workers:
-        check_worker_batches(limit, workers, batch, n_features)
-    k = req.knn
-    opts = dict(knn_options or {})
-    cell_rows = None
-    if k:
-        from ..base.threads import n_threads
-        from ..graph.knn import check_reference, fit_cells
-        check_reference(k, opts.get("reference_rows", req.knn_reference))
-        opts["memory_limit"] = budget(opts["memory_limit"]) if "memory_limit" in opts else limit
-        cell_rows = fit_cells(opts["memory_limit"], int(opts.get("cell_rows", 0)),
-                              n_threads(opts.get("threads", -1)), n_features,
-                              int(opts.get("degree", 0)), k, batch,
-                              int(opts.get("max_candidates", 0)), workers)
-    plan = _plan_parts(limit, algo, req, batch, n_features, rows, cell_rows, held)
-    log.debug("%s", plan.describe())
-    return opts, plan, batch_size
-
-
-def _held(algo, req, n_features, rows) -> list:
-    """``(bytes, what, parameter)`` of the declared sample or coreset, then of what the
-    algorithm holds (``rows``: the data's, when known)."""
-    from ..base.memory import summary_parts
-    return summary_parts(req.sample, req.coreset, rows, n_features) + \
-        list(algo.memory(rows or max(req.sample, req.coreset), n_features))
-
-
-def _plan_parts(limit, algo, req, batch_size, n_features, rows, cell_rows=None, held=None):
-    """The plan's declared sample or coreset and what the algorithm holds (``held``, else
-    :func:`_held`), checked against ``limit`` beside the process and a batch."""
-    from ..base.memory import MemoryPlan, batch_bytes, check_parts, summary_parts
-    summaries = summary_parts(req.sample, req.coreset, rows, n_features)
-    held = _held(algo, req, n_features, rows) if held is None else held
-    parts = held[len(summaries):]
-    check_parts(limit, batch_size, n_features, held)
-    return MemoryPlan(limit, batch_bytes(batch_size, n_features), rows, summaries, parts, cell_rows)
+    job = Job(algo, (features, exclude, on_invalid), work_dir, executor_of(executor, client), host,
+              batch_size, memory_limit, knn_options, threads, blas_threads, progress,
+              {"scale": check_scale(scale), "metric": check_metric(metric),
+               "cache_dtype": check_cache_dtype(cache_dtype)})
+    return drive(data, job, FreshStart(resume, max_epochs))

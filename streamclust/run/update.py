@@ -17,7 +17,6 @@ A fit (or an update) in a user's work directory ends by recording its **base** t
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -27,7 +26,7 @@ import numpy as np
 
 from . import checkpoint, engine
 from .fitted_record import read_base, write_base
-from ..base.progress import enabled
+from .setup import check_int, executor_of
 from ..errors import DataError, ParameterError, StreamclustError
 
 log = logging.getLogger(__name__)
@@ -149,15 +148,14 @@ def update(data, work_dir: str, *, max_epochs: int = 100, progress: bool | None 
     update killed in ``work_dir`` (from its last epoch's checkpoint), else it starts again from
     the fitted model.  ``before_pass``: called once new files are found, before the first pass
     (the CLI checks its output path there: with nothing new, an existing one is no error).  Other
-    arguments as for :func:`streamclust.fit`."""
+    arguments as for :func:`streamclust.fit`.  It runs the fit's path (:func:`engine.drive`),
+    started from the fitted state (:class:`FromFitted`)."""
     from ..base import warmup
-    from ..base.threads import check_threads, use_threads
     from ..base.workdir import WorkDirLock
     from ..data.features import FeatureSpec
     from ..plugins import PluginHost
     warmup.start()
-    engine._check_int("max_epochs", max_epochs, 1)
-    knn_options = {"threads": check_threads(threads), **(knn_options or {})}
+    check_int("max_epochs", max_epochs, 1)
     if not os.path.isdir(work_dir):
         raise StreamclustError(f"{work_dir}: no such work directory; fit first with --work-dir")
     host = host or PluginHost()
@@ -172,50 +170,63 @@ def update(data, work_dir: str, *, max_epochs: int = 100, progress: bool | None 
     cls = _refuse(ident["algorithm"], host)
     p = ident["params"]
     algo = cls(None if cls.chooses_k else p["n_clusters"], seed=p["seed"], **p["hyper"])
-    req = algo.requirements()  # once an update
     spec = FeatureSpec.from_json(ident["features"])
-    d = engine._open(data, algo, req, list(spec.columns), None, ident["on_invalid"], host)
-    if d.spec.to_json() != ident["features"]:
-        raise DataError(f"{d.source.name}: the features read now ({list(d.spec.columns)}) are not "
-                        f"those the model was fitted on ({list(spec.columns)})")
-    added = new_files(ident["data"], d.source.fingerprint(), d.source.name)
-    if added == 0:
-        # debug: the caller says it (the CLI's line, Python's None); at info the CLI said it twice
-        log.debug("%s: already up to date (no file beyond the %d fitted)", d.source.name,
-                  len(_entries(ident["data"])))
-        return None
-    if before_pass is not None:
-        before_pass()
-    executor = engine._executor(executor, client)
-    batch_size = int(ident["batch_size"])
-    knn_options, plan, batch_size = engine._budget(memory_limit, algo, req, d.n_features,
-                                                   batch_size, knn_options, d.n_rows, executor)
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(WorkDirLock(work_dir))
-        stack.enter_context(use_threads(threads, blas_threads))
-        st = engine._prepare(algo, req, d, work_dir, executor,
-                             {"show": enabled(progress), "owned": False,
-                              "batch_size": batch_size, "knn_options": knn_options,
-                              "scale": ident.get("scale", "none"),
-                              "metric": ident.get("metric", "euclidean"), "plan": plan,
-                              "cache_dtype": ident.get("cache_dtype", "float32"),
-                              "keep_scaling": True, "scaler": base.get("scaler")})
-        n_old = int(base["rows"])
-        cache = st.ctx.data
+    job = engine.Job(algo, (list(spec.columns), None, ident["on_invalid"]), work_dir,
+                     executor_of(executor, client), host, int(ident["batch_size"]),
+                     memory_limit, knn_options, threads, blas_threads, progress,
+                     {"scale": ident.get("scale", "none"),
+                      "metric": ident.get("metric", "euclidean"),
+                      "cache_dtype": ident.get("cache_dtype", "float32"),
+                      "keep_scaling": True, "scaler": base.get("scaler")})
+    return engine.drive(data, job, FromFitted(base, resume, max_epochs, before_pass))
+
+
+class FromFitted:
+    """How an update begins and ends (:func:`engine.drive`'s ``start``): only when the data hold
+    new files; from the fitted record's row state and ``Algorithm.update`` (or, ``resume``, a
+    killed update's checkpoint); its clusters' ids matched to the fitted ones and its own fitted
+    record written at the end."""
+
+    def __init__(self, base: dict, resume: bool, max_epochs: int, before_pass=None):
+        self.base, self.resume, self.max_epochs = base, resume, max_epochs
+        self.before_pass, self.added = before_pass, 0
+
+    def opened(self, d) -> bool:
+        """False when ``d`` holds no file beyond the fitted ones (nothing to do)."""
+        from ..data.features import FeatureSpec
+        ident = self.base["identity"]
+        if d.spec.to_json() != ident["features"]:
+            fitted = list(FeatureSpec.from_json(ident["features"]).columns)
+            raise DataError(f"{d.source.name}: the features read now ({list(d.spec.columns)}) "
+                            f"are not those the model was fitted on ({fitted})")
+        self.added = new_files(ident["data"], d.source.fingerprint(), d.source.name)
+        if self.added == 0:
+            # debug: the caller says it (the CLI's line, Python's None); at info the CLI said it twice
+            log.debug("%s: already up to date (no file beyond the %d fitted)", d.source.name,
+                      len(_entries(ident["data"])))
+            return False
+        if self.before_pass is not None:
+            self.before_pass()
+        return True
+
+    def begin(self, st) -> tuple:
+        base, ident = self.base, self.base["identity"]
+        n_old, cache = int(base["rows"]), st.ctx.data
         if cache.n_rows <= n_old or not str(cache.meta.get("fingerprint", "")).startswith(ident["data"]):
-            raise StreamclustError(f"{work_dir}: the feature cache does not extend the fitted rows "
-                                   "(was the work directory used by another fit?); fit again")
+            raise StreamclustError(f"{st.ctx.work_dir}: the feature cache does not extend the "
+                                   "fitted rows (was the work directory used by another fit?); "
+                                   "fit again")
         st.ctx.old_rows = n_old
         st.identity = dict(st.identity, update_of=ident["data"])
-        first, st.since = _begin_update(st, base, resume)
+        first, st.since = _begin_update(st, base, self.resume)
         st.info["update"] = {"rows_before": n_old, "rows_added": cache.n_rows - n_old,
-                             "files_added": added, "epochs_before": st.since}
-        host.hook.streamclust_run_started(run=st.run)
-        model = engine._finish(st, engine._loop(st, first, first + max_epochs, host), host)
-        known = _stable_ids(model, base, cache)
-        write_base(work_dir, st.identity, model, cache, algo.seed, model.info["update"]["next_id"],
-                   known)
-        return model
+                             "files_added": self.added, "epochs_before": st.since}
+        return first, first + self.max_epochs
+
+    def end(self, st, model) -> None:
+        known = _stable_ids(model, self.base, st.ctx.data)
+        write_base(st.ctx.work_dir, st.identity, model, st.ctx.data, st.algo.seed,
+                   model.info["update"]["next_id"], known)
 
 
 def _refuse(name: str, host):
@@ -241,8 +252,7 @@ def _begin_update(st, base, resume: bool):
         log.info("%s: the checkpoint is not of this update; starting it from the fitted model",
                  ctx.work_dir)
     meta = base["checkpoint"]
-    from .engine import _clear_row_state
-    _clear_row_state(ctx.work_dir)
+    engine.clear_row_state(ctx.work_dir)
     checkpoint.restore_row_state(base["path"], ctx.work_dir, meta["row_state"])
     run.history = list(meta["history"])
     ctx.distance_evaluations = int(meta["extra"]["distance_evaluations"])
