@@ -133,3 +133,71 @@ def test_the_checks_catch_an_upward_import_and_a_cycle():
     assert "streamclust.data.cache" in real["streamclust.run.engine"]
     assert "streamclust.graph.knn" in real["streamclust.run.context"]  # inside a method
     assert "streamclust.run.checkpoint" in real["streamclust.run.engine"]  # `from . import x`
+
+
+# -- the house guards (issue 84): plugins without cycles, modules of a readable size -------------
+PLUGINS = os.path.join(ROOT, "plugins")
+MAX_LINES = 400  # a module past this holds two things: split it by what they are
+MAX_FIT_LINES = 60  # engine.fit, docstring included: the arguments checked, then drive()
+
+
+def _plugin_modules() -> dict:
+    """module name -> file, for every module of every built-in plugin (not its tests)."""
+    out = {}
+    for pkg in sorted(os.listdir(PLUGINS)):
+        folder = os.path.join(PLUGINS, pkg)
+        if not os.path.isfile(os.path.join(folder, "__init__.py")):
+            continue
+        for f in sorted(os.listdir(folder)):
+            if f.endswith(".py"):
+                out[pkg if f == "__init__.py" else f"{pkg}.{f[:-3]}"] = os.path.join(folder, f)
+    return out
+
+
+def plugin_imports_of(module: str, path: str, modules) -> set:
+    """The plugin's own modules that ``module`` imports anywhere in its file."""
+    package = module if path.endswith("__init__.py") else module.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(open(path).read(), path)):
+        if isinstance(node, ast.ImportFrom):
+            target = (package if node.level else "") + (
+                ("." if node.level and node.module else "") + (node.module or ""))
+            for a in node.names:
+                sub = f"{target}.{a.name}"
+                found.add(sub if sub in modules else target)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+    return {m for m in found if m in modules and m != module and m != package}
+
+
+def test_no_plugin_module_imports_another_that_imports_it_back():
+    modules = _plugin_modules()
+    found = cycles({m: plugin_imports_of(m, p, modules) for m, p in modules.items()})
+    assert not found, "plugin modules that import each other:\n" + "\n".join(
+        " <-> ".join(c) for c in found)
+
+
+def test_the_plugin_cycle_check_sees_a_function_level_import(tmp_path):
+    pkg = tmp_path / "plug"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from .b import f\n")
+    (pkg / "b.py").write_text("def f():\n    from .a import g\n")
+    modules = {"plug": str(pkg / "__init__.py"), "plug.a": str(pkg / "a.py"),
+               "plug.b": str(pkg / "b.py")}
+    edges = {m: plugin_imports_of(m, p, modules) for m, p in modules.items()}
+    assert edges["plug.b"] == {"plug.a"} and cycles(edges) == [["plug.a", "plug.b"]]
+
+
+def test_every_module_of_the_package_and_the_plugins_stays_under_the_line_limit():
+    files = list(_modules().values()) + list(_plugin_modules().values())
+    long = sorted(f"{os.path.relpath(f, ROOT)}: {n} lines" for f in files
+                  if (n := len(open(f).read().splitlines())) > MAX_LINES)
+    assert not long, f"modules over {MAX_LINES} lines:\n" + "\n".join(long)
+
+
+def test_engine_fit_stays_short():
+    path = os.path.join(PACKAGE, "run", "engine.py")
+    fit = next(n for n in ast.parse(open(path).read()).body
+               if isinstance(n, ast.FunctionDef) and n.name == "fit")
+    assert fit.end_lineno - fit.lineno + 1 <= MAX_FIT_LINES

@@ -76,45 +76,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from streamclust import Algorithm, Assignment, EpochReport, Param, Requirements
-from streamclust.toolkit import (NON_NEGATIVE, POSITIVE, DataError, ParameterError, at_least,
-                                kmeans)
+from streamclust import Algorithm, Assignment, EpochReport, Requirements
+from streamclust.toolkit import DataError, ParameterError, kmeans
 
 from . import kernels as kn
 from . import sgd
 from . import starts as st
+from .params import PARAMS
 from .update import Updates
 
 MODES = {"max": 1, "all": 2}
 BALANCES = {"hard": 0, "soft": 1, "capped": 2, "none": 0}  # none: hard with no limit
-
-
-def _moments_step(batch, _state, _params):
-    out = np.zeros((2, batch.X.shape[1]))
-    kn.moments(batch.X, out)
-    return out, len(batch.X)
-
-
-def _sgd_step(block, _state, carry, params):
-    """One block of the ordered pass: as many SGD draws as the block has rows (a plain
-    function; the anchors are drawn from all rows, see ``sgd.sgd_block``)."""
-    pairs, scale, cfg = params
-    net, bal = carry
-    sgd.sgd_block(len(block.X), block.start, kn.frozen_pairs(pairs), net, scale, cfg, bal)
-    return carry
-
-
-def _combine(carries, rows):
-    """Shares of an epoch on a distributed executor: the weights averaged by rows, the
-    counters summed, the balancing memory of the first share."""
-    w = np.asarray(rows, np.float64) / max(float(np.sum(rows)), 1.0)
-    dtypes = [a.dtype for a in carries[0][0]]  # the working copy's (kernels.working)
-    net = kn.Net(*[np.asarray(sum(wi * c[0][a] for wi, c in zip(w, carries)), dtypes[a])
-                   for a in range(4)])
-    b0 = carries[0][1]
-    bal = kn.Balance(b0.ring, b0.counts, b0.pos, sum(c[1].sums for c in carries),
-                     sum(c[1].chosen for c in carries), b0.fair)
-    return net, bal
 
 
 class NCutEmb(Updates, Algorithm):
@@ -124,65 +96,7 @@ class NCutEmb(Updates, Algorithm):
     version = "1"
     soft_predict = True
     distributed_exact = False
-    params = {
-        "hidden": Param(0, int, "tanh hidden units (0: linear f)", NON_NEGATIVE),
-        "multiclass": Param("max", str, "class of a neighbour pair for C > 2: the largest output "
-                            "of the two rows (max), or every class with η_c = η⁺ f_c(x_i) > 0 (all)",
-                            choices=("max", "all")),
-        "hinge": Param("cs", str, "multiclass hinge: Crammer-Singer (cs) or one-vs-rest (ovr)",
-                       choices=("cs", "ovr")),
-        "balance": Param("capped", str, "balancing: soft (step × (N/C)/seen(c)), capped (soft, and "
-                         "skip c when seen(c) > N/C + cap), hard (skip c when seen(c) > N/C + xi) "
-                         "or none (clusters of any size)",
-                         choices=("capped", "soft", "hard", "none")),
-        "balance_start": Param(-1.0, float, "the sizes the balance steers to: equal (0), those "
-                               "of the k-means start (1), or a mix (w: (1 - w)/C + w · share); "
-                               "-1: one more screened start steered to the k-means start's "
-                               "sizes, kept when its loss is clearly lower",
-                               (lambda v: v == -1 or v >= 0, "must be -1 (both) or >= 0")),
-        "balance_window": Param(100, int, "N: the last chosen classes the balance counts",
-                                at_least(2)),
-        "xi": Param(10.0, float, "ξ: slack of the hard balance", NON_NEGATIVE),
-        "cap": Param(40.0, float, "slack of the capped balance (in chosen classes of the last N)",
-                     NON_NEGATIVE),
-        "redirect": Param(False, bool, "hard balance: a refused pair goes to the best allowed "
-                          "class instead of being skipped"),
-        "learning_rate": Param(0.1, float, "η₀ relative to the row norm (step = η₀ / d)", POSITIVE),
-        "lr_decay": Param(0.0, float, "learning rate η₀ / (1 + lr_decay · epoch)", NON_NEGATIVE),
-        "lr_draws": Param(1_000_000, int, "draws after which the learning rate has halved: after "
-                          "t draws it is η₀ / (1 + t / lr_draws) (0: constant)", NON_NEGATIVE),
-        "eta_pos": Param(1.0, float, "η⁺: weight of the neighbour step", POSITIVE),
-        "eta_neg": Param(0.3, float, "η⁻: weight of the random-pair step (0: none)", NON_NEGATIVE),
-        "l2": Param(0.0, float, "weight decay per row (× the step)", NON_NEGATIVE),
-        "rounds": Param(1, int, "neighbour (and random-pair) rounds per row and epoch", at_least(1)),
-        "epochs": Param(0, int, "epochs of SGD (max_epochs bounds them too); 0: 50, or 35 with "
-                        "a hidden layer on at least 50 000 rows", NON_NEGATIVE),
-        "average": Param(True, bool, "average the weights over the second half of the epochs"),
-        "n_neighbors": Param(10, int, "neighbours per row in the kNN graph", at_least(1)),
-        "reference_rows": Param(200_000, int, "a row's neighbours are searched among a uniform "
-                                "sample of this many rows (0: all rows), so that the pairs reach "
-                                "as far at 8M rows as at 200 000", NON_NEGATIVE),
-        "pairs": Param("", str, "a column whose shared values make rows neighbours (sessions, "
-                       "documents, consecutive frames) instead of the kNN graph"),
-        "init": Param("kmeans", str, "start: k-means outputs on a sample (with a hidden layer: "
-                      "the second layer fitted to them by least squares) or random",
-                      choices=("kmeans", "random")),
-        "init_sample": Param(20000, int, "rows k-means starts from", at_least(2)),
-        "n_init": Param(0, int, "starts run side by side for screen_epochs epochs; the one of "
-                        "lowest loss (its last 5 epochs) goes on; 0: 3 with a hidden layer, "
-                        "else 1, and one more with balance_start=-1", NON_NEGATIVE),
-        "screen_epochs": Param(15, int, "epochs the n_init starts run (at most half the epochs)",
-                               at_least(1)),
-        "standardize": Param("global", str, "inputs centred per feature and scaled by one common "
-                             "(global) or per-feature standard deviation, or left raw (none)",
-                             choices=("global", "feature", "none")),
-        "block_rows": Param(4096, int, "draws per block of the ordered pass", at_least(1)),
-        "update_epochs": Param(5, int, "epochs of an update: each draws every new row once as "
-                               "anchor and as many old rows (a replay, so f keeps them)",
-                               at_least(1)),
-        "syncs": Param(8, int, "parts of an epoch after each of which a distributed executor "
-                       "averages the workers' weights (no effect on a local fit)", at_least(1)),
-    }
+    params = PARAMS
     contract_params = {"epochs": 8}
 
     def requirements(self):
@@ -221,7 +135,7 @@ class NCutEmb(Updates, Algorithm):
         return 1 if self.n_clusters == 2 else self.n_clusters
 
     def _scale(self, ctx) -> kn.Scale:
-        (m, n) = ctx.aggregate(_moments_step, None)
+        (m, n) = ctx.aggregate(sgd.moments_step, None)
         d = ctx.n_features
         mean = m[0] / n
         var = np.maximum(m[1] / n - mean * mean, 0.0)
@@ -336,10 +250,10 @@ class NCutEmb(Updates, Algorithm):
             for _, bal in starts:
                 bal.sums[:] = 0.0
                 bal.chosen[:] = 0.0
-            kw = dict(block_rows=self.hyper["block_rows"], combine=_combine, part=(i, m))
+            kw = dict(block_rows=self.hyper["block_rows"], combine=sgd.combine_shares, part=(i, m))
             params = [(self._pairs_, self.scale_, c) for c in cfgs]
-            starts = [ctx.scan(_sgd_step, starts[0], params[0], **kw)] if n == 1 else \
-                ctx.scans(_sgd_step, starts, params, **kw)
+            starts = [ctx.scan(sgd.sgd_step, starts[0], params[0], **kw)] if n == 1 else \
+                ctx.scans(sgd.sgd_step, starts, params, **kw)
             spread = max(spread, ctx.last_scan.get("spread", 0.0))
             for j, (_, bal) in enumerate(starts):
                 sums[j] += bal.sums
@@ -361,7 +275,7 @@ class NCutEmb(Updates, Algorithm):
                              self.seed, e, self.n_clusters, h["l2"], h["hinge"] == "cs",
                              h["redirect"], float(draws), float(h["lr_draws"]), first, count)
         if self._update_epoch >= 0:  # an update (update.py)
-            return self._update_step(ctx, cfg_of, _sgd_step, _combine)
+            return self._update_step(ctx, cfg_of, sgd.sgd_step, sgd.combine_shares)
         cfg = cfg_of()
         if self._starts:  # the starts side by side; start 0's sums are the epoch's
             sums, chosen, spread, starts = st.screen(self, ctx, cfg)

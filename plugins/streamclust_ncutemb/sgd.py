@@ -1,4 +1,5 @@
-"""numba kernels of NCutEmb's SGD: the rounds over one block of draws (``sgd_block``).
+"""NCutEmb's SGD: the numba kernels of the rounds over one block of draws (``sgd_block``) and
+the pass steps that run them (``sgd_step``; ``moments_step``, ``combine_shares``).
 
 A round of the MAX (and two-cluster) rule takes up to three steps on three rows (the anchor
 x_i and its neighbour x_j towards a class, then x_i pushed out of a random row x_k's class),
@@ -23,6 +24,7 @@ import numpy as np
 
 from streamclust.toolkit import rng_below, rng_init
 
+from . import kernels as kn
 from .kernels import (_allowed, _neighbour, _push_away, _remember, _standardise, _take_step,
                       cs_hinge_grad, decay, forward, hinge_grad, permuted, predicted, push_grad)
 
@@ -297,3 +299,32 @@ def sgd_block(n, start, pairs, net, scale, cfg, bal):
             else:  # float64 (kernels.working): the rows as they are
                 _max_round(net, net.W2, cfg, bal, lr, rows, rows, j >= 0, has_k, work, narrow)
     return s
+
+
+# -- the pass steps (plain functions: any executor runs them) ---------------------------------
+def moments_step(batch, _state, _params):
+    out = np.zeros((2, batch.X.shape[1]))
+    kn.moments(batch.X, out)
+    return out, len(batch.X)
+
+
+def sgd_step(block, _state, carry, params):
+    """One block of the ordered pass: as many SGD draws as the block has rows (a plain
+    function; the anchors are drawn from all rows, see ``sgd.sgd_block``)."""
+    pairs, scale, cfg = params
+    net, bal = carry
+    sgd_block(len(block.X), block.start, kn.frozen_pairs(pairs), net, scale, cfg, bal)
+    return carry
+
+
+def combine_shares(carries, rows):
+    """Shares of an epoch on a distributed executor: the weights averaged by rows, the
+    counters summed, the balancing memory of the first share."""
+    w = np.asarray(rows, np.float64) / max(float(np.sum(rows)), 1.0)
+    dtypes = [a.dtype for a in carries[0][0]]  # the working copy's (kernels.working)
+    net = kn.Net(*[np.asarray(sum(wi * c[0][a] for wi, c in zip(w, carries)), dtypes[a])
+                   for a in range(4)])
+    b0 = carries[0][1]
+    bal = kn.Balance(b0.ring, b0.counts, b0.pos, sum(c[1].sums for c in carries),
+                     sum(c[1].chosen for c in carries), b0.fair)
+    return net, bal
