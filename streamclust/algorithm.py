@@ -133,6 +133,10 @@ class Algorithm:
     contract_params: ClassVar[dict] = {}
     #: True when ``predict(X, soft=True)`` returns soft assignments (n × k, rows summing to 1)
     soft_predict: ClassVar[bool] = False
+    #: set True by an :meth:`update` that kept the fitted model whole (the same clusters in the
+    #: same order; ``toolkit.keeps_fit``): the engine then keeps every cluster's id instead of
+    #: matching the clusters before and after by their sampled rows
+    kept_fitted_: bool = False
     #: False when a distributed executor gives a different (equally good) result: SGD whose
     #: workers' weights are averaged (the contract then checks quality, not equality)
     distributed_exact: ClassVar[bool] = True

@@ -13,8 +13,9 @@ from .base.kernelargs import readonly
 from .base.rowmath import softmax_into, sqdist
 from .data.batch import Batch
 from .data.filesystems import expand_files, local_fingerprint
-from .summaries import (WeightedSample, afkmc2, afkmc2_stream, afkmc2_trials, kmeans, kmeanspp,
-                        kmeanspp_draws, lightweight_coreset)
+from .summaries import (MAX_MOVES, WeightedSample, afkmc2, afkmc2_stream, afkmc2_trials,
+                        best_candidate, keeps_fit, kmeans, kmeanspp, kmeanspp_draws,
+                        lightweight_coreset, move_candidates, move_draws, new_enough)
 
 __all__ = [
     # parameter checks (Param(check=...))
@@ -34,6 +35,8 @@ __all__ = [
     # seeding, k-means, coresets
     "kmeanspp", "kmeanspp_draws", "afkmc2", "afkmc2_stream", "afkmc2_trials", "kmeans",
     "lightweight_coreset",
+    # update policies (streamclust.summaries.updates): moves for drift, keep the fit
+    "MAX_MOVES", "move_draws", "move_candidates", "best_candidate", "new_enough", "keeps_fit",
     # metrics
     "Contingency", "nmi", "accuracy", "purity", "quantization_error",
     # kNN graph and index

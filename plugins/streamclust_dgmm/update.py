@@ -5,12 +5,10 @@
    EM to ``tol`` (free energy F₀); then the cluster whose removal costs least (Σ w (d₂ − d₁) of
    its rows, d₁/d₂ the squared distances to their nearest and second means) is moved to a new
    row drawn by D² sampling among the new rows (the best of 2 + ln k draws by the sample's
-   squared error) and EM runs again (F₁).  The move is kept when F₁ > F₀, most of the moved
-   cluster's mass is new rows (≥ ``MOVE_NEW_SHARE``) and it holds at least half an average
-   cluster's share of the new rows (``MOVE_MIN_MASS`` / k): the objective prefers it, and it
-   covers data the fitted rows did not have, more than a few outliers.  Moves repeat while kept (at most ``MAX_MOVES``).  When
-   new rows come from the old clusters, a cluster of mostly new rows cannot form and no move is
-   kept, so old rows keep their clusters.
+   squared error) and EM runs again (F₁).  The move is kept when F₁ > F₀ and the moved cluster's
+   mass is new rows enough (``toolkit.new_enough``).  Moves repeat while kept (at most
+   ``MAX_MOVES``).  The draws, the choice and the rule are the toolkit's update policy
+   (:mod:`streamclust.summaries.updates`), shared with SLK.
 2. **EM on the new rows** (no move kept): the old rows keep their posteriors, summed in the
    sufficient statistics of the fit's last E-step over all rows (Σ q, and Σ q y = means · Σ q,
    kept in the checkpoint; one E-step pass over the old rows at the fitted means when the fit
@@ -26,7 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from streamclust.toolkit import WeightedSample, pairwise_sqdist
+from streamclust.toolkit import (MAX_MOVES, WeightedSample, best_candidate, move_candidates,
+                                 move_draws, new_enough, pairwise_sqdist)
 
 from .index import start_from_index
 from .similarity import sim_rows
@@ -34,14 +33,6 @@ from .similarity import sim_rows
 #: EM steps of an update's new rows at most (as a start's)
 START_MAX_ITER = 100
 
-#: a move is kept only when at least this share of the moved cluster's mass is new rows
-MOVE_NEW_SHARE = 0.5
-#: ... and it holds at least this share of an average cluster's part of the new rows (1 / 2k of
-#: them): a few outlying new rows are no new class (shuttle, an i.i.d. split: two moves to
-#: outliers were kept without it)
-MOVE_MIN_MASS = 0.5
-#: moves tried in one update at most (each kept one allows the next)
-MAX_MOVES = 3
 #: stride of the moves' random streams (apart from the epochs' and the starts')
 MOVE_KEY = 1 << 24
 
@@ -171,7 +162,7 @@ class Updates:
         for move in range(1, MAX_MOVES + 1):
             current = (self.means_.copy(), float(self.sigma2_), self.sim_)
             j, means = self._proposal(view, is_new, rng)
-            evals += view.n_rows * (M + 2 + int(np.log(M)))
+            evals += view.n_rows * (M + move_draws(M))
             self.means_ = means
             F1, e = self._fit_view(ctx, view, K, move)
             evals += e
@@ -179,8 +170,9 @@ class Updates:
             mass = view.weights[labels == j].sum()
             new_mass = view.weights[(labels == j) & is_new].sum()
             share = float(new_mass / mass) if mass > 0 else 0.0
-            of_new = float(new_mass / view.weights[is_new].sum())  # of the new rows' mass
-            kept = F1 > F0 and share >= MOVE_NEW_SHARE and of_new >= MOVE_MIN_MASS / M
+            all_new = view.weights[is_new].sum()
+            of_new = float(new_mass / all_new)  # of the new rows' mass
+            kept = F1 > F0 and new_enough(new_mass, mass, all_new, M)
             self.moves_.append({"cluster": int(j), "F_before": float(F0), "F_after": float(F1),
                                 "new_share": share, "of_new_rows": of_new, "kept": bool(kept)})
             if not kept:
@@ -208,12 +200,9 @@ class Updates:
         p = np.where(is_new, w * rest, 0.0)
         if p.sum() <= 0:
             p = is_new.astype(np.float64)
-        cands = rng.choice(len(X), size=2 + int(np.log(M)), p=p / p.sum())
-        best, best_cost = None, np.inf
-        for c in cands:
-            c_cost = float((w * np.minimum(rest, ((X - X[c]) ** 2).sum(1))).sum())
-            if c_cost < best_cost:
-                best, best_cost = c, c_cost
+        cands = move_candidates(rng, p, M)
+        D = np.stack([((X - X[c]) ** 2).sum(1) for c in cands], axis=1)
+        best = cands[best_candidate(rest, D, w)]
         means = self.means_.copy()
         means[j] = X[best]
         return j, means

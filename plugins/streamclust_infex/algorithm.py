@@ -294,7 +294,7 @@ class INFEX(Updates, Algorithm):
             self._Z, self._q, self._sol = self._Z[keep], sol.q[keep] / sol.q[keep].sum(), sol
         if self._gated():  # max_epochs ended the update before its certificate
             self._gate(ctx, self._mixture())
-        kept = bool(getattr(self, "kept_fitted_", False))
+        kept = self.kept_fitted_
         Z, logq, _ = params = self._mixture()
         self.exemplars_ = np.ascontiguousarray(Z, dtype=np.float64)
         self.weights_ = np.exp(logq)

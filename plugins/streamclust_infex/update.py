@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from streamclust.toolkit import keeps_fit
+
 from . import kernels as kn
 
 #: the fewest new rows a coreset update samples (all new rows when there are fewer)
@@ -119,7 +121,7 @@ class Updates:
         base = (Z, np.log(q), self.kernel_)
         (new_sum, new_lg), (old_sum, old_lg) = self._scores(ctx, params, base)
         gain, gain_se = self._estimate(ctx, new_sum - old_sum, new_lg - old_lg)
-        keep = self.hyper["update_gain"] > 0 and gain <= self.hyper["update_gain"]
+        keep = keeps_fit(gain, self.hyper["update_gain"])
         self._scored = self._estimate(ctx, old_sum, old_lg) if keep else \
             self._estimate(ctx, new_sum, new_lg)
         self.update_gain_, self.update_gain_se_, self.kept_fitted_ = gain, gain_se, bool(keep)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from streamclust.toolkit import ParameterError
+from streamclust.toolkit import ParameterError, keeps_fit
 
 
 def grown_sample(old_ids, n_old: int, n: int, size: int, rng) -> np.ndarray:
@@ -119,7 +119,7 @@ class Updates:
         association is higher by more than ``update_gain`` of it."""
         new, old = self._association(self.labels_), self._association(self._kept)
         gain = (new - old) / max(abs(new), 1e-300)
-        keep = self.hyper["update_gain"] > 0 and gain <= self.hyper["update_gain"]
+        keep = keeps_fit(gain, self.hyper["update_gain"])
         if keep:
             self._become_fitted(ctx, self._base)
         self.kept_fitted_ = bool(keep)  # (the engine then keeps every cluster's id)

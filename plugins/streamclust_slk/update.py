@@ -10,10 +10,10 @@
   is screened on the nearest-mode partition (the rows nearest the new mode must be new rows
   enough, below), then solved on the whole sample from z = softmax(a), as a fit's outer
   iteration, and the moved mode follows its cluster (its row of largest z, or SLK-MS's mean
-  shift over the sample).  It is kept when the sample's discrete energy is lower, at least
-  ``MOVE_NEW_SHARE`` of the moved cluster's sampled rows are new and it holds at least
-  ``MOVE_MIN_MASS`` of an average cluster's part of the new sampled rows.  Moves repeat while
-  kept (``MAX_MOVES``, each cluster once).  Without a kept move the new rows outside the sample
+  shift over the sample).  It is kept when the sample's discrete energy is lower and the moved
+  cluster is new sampled rows enough (``toolkit.new_enough``).  Moves repeat while kept
+  (``MAX_MOVES``, each cluster once); draws, choice and rule are the toolkit's update policy
+  (:mod:`streamclust.summaries.updates`), shared with D-GMM.  Without a kept move the new rows outside the sample
   take z by the extension rule (one pass over the new rows) and the old ones keep theirs; after
   one, every row outside the sample is extended again (one pass over all rows).
 * **All rows in the graph** (no reference sample): the graph gained the new rows' lists and the
@@ -26,18 +26,13 @@ from __future__ import annotations
 import numpy as np
 
 from streamclust import EpochReport
-from streamclust.toolkit import pairwise_sqdist, readonly
+from streamclust.toolkit import (MAX_MOVES, best_candidate, move_candidates, new_enough,
+                                 pairwise_sqdist, readonly)
 
 from . import kernels as kn
 from .passes import kernel_only_step, label_step, merge_labels
 from .sample import extend_step
 
-#: a move is kept only when at least this share of the moved cluster's sampled rows are new
-MOVE_NEW_SHARE = 0.5
-#: ... and it holds at least this share of an average cluster's part of the new sampled rows
-MOVE_MIN_MASS = 0.5
-#: moves tried in one update at most (each kept one allows the next)
-MAX_MOVES = 3
 #: sampled rows a chunk of :meth:`Updates._kernel` reads at a time
 CHUNK = 1 << 15
 #: the stream of the moves' draws (apart from the fit's)
@@ -130,12 +125,11 @@ class Updates:
         fresh = ref[new_in]
         near = self._sqdist(ctx, fresh, modes).min(1)
         rng = ctx.rng(MOVE_KEY, ctx.epoch, step)
-        p = near / near.sum() if near.sum() > 0 else None
-        draws = np.unique(rng.choice(len(fresh), size=2 + int(np.log(L)), p=p))
+        draws = np.unique(move_candidates(rng, near, L))
         C = ctx.take(fresh[draws]).astype(np.float64)
         D = self._sqdist(ctx, ref, np.concatenate([np.delete(modes, r, axis=0), C]))
         rest, Dc = D[:, :L - 1].min(1), D[:, L - 1:]
-        best = int(np.argmin(np.minimum(rest[:, None], Dc).sum(0)))
+        best = best_candidate(rest, Dc)
         catch = Dc[:, best] < rest  # the rows the new mode would be nearest to
         record = {"cluster": r, "row": int(fresh[draws[best]]), "energy_before": E,
                   "screen_new_share": float(new_in[catch].mean()) if catch.any() else 0.0,
@@ -157,9 +151,7 @@ class Updates:
 
     def _enough(self, members, new_in, fresh):
         """Whether a cluster of ``members`` (bool over the sample) is new rows enough."""
-        share = fresh / max(int(members.sum()), 1)
-        return bool(share >= MOVE_NEW_SHARE
-                    and fresh >= MOVE_MIN_MASS * new_in.sum() / self.n_clusters)
+        return new_enough(fresh, int(members.sum()), int(new_in.sum()), self.n_clusters)
 
     def _extend_new_rows(self, ctx) -> EpochReport:
         """The update's epoch with a reference sample (see the module)."""

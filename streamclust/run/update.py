@@ -271,7 +271,7 @@ def _stable_ids(model, base, cache):
     ids = base["match_ids"]
     new = model.algorithm_.predict(cache.take(ids)).labels
     fitted = np.asarray(base.get("cluster_ids", []), np.int64)
-    if getattr(model.algorithm_, "kept_fitted_", False) and len(fitted) == model.n_clusters:
+    if model.algorithm_.kept_fitted_ and len(fitted) == model.n_clusters:
         # the algorithm kept its fitted model whole: every cluster keeps its id, also one that
         # no sampled row falls in (matching by rows would give it a new one)
         cluster_ids, next_id = fitted, int(base["next_id"])
