@@ -283,3 +283,23 @@ def test_kmeans_with_fewer_distinct_rows_than_clusters_puts_every_row_on_a_centr
     C, labels, inertia = kmeans(X, 8, np.random.default_rng(0), n_init=2)
     assert inertia == 0.0 and np.array_equal(C[labels], X)
     assert len(np.unique(C, axis=0)) == 5
+
+
+def test_the_update_policies_on_hand_computed_cases():
+    """The shared update policies (streamclust.summaries.updates), each rule at its edge."""
+    from streamclust.toolkit import best_candidate, keeps_fit, move_candidates, move_draws, new_enough
+    assert [move_draws(k) for k in (2, 3, 8, 1000)] == [2, 3, 4, 8]
+    # half new and half an average cluster's part of the new rows: kept; one row less: not
+    assert new_enough(5, 10, 40, 4) and not new_enough(4, 10, 40, 4)
+    assert not new_enough(5, 10, 41, 4) and not new_enough(0, 0, 10, 2)
+    # rows at squared distance rest; candidate 1 takes rows 0 and 1 down to 0: least error
+    rest = np.array([4.0, 4.0, 1.0])
+    cand = np.array([[3.0, 0.0], [3.0, 0.0], [0.0, 9.0]])
+    assert best_candidate(rest, cand) == 1  # 3 + 3 + 0 = 6 against 0 + 0 + 1 = 1
+    assert best_candidate(rest, cand, weights=np.array([0.0, 0.0, 10.0])) == 0
+    # draws only where the weight is positive, uniform when all are zero
+    rng = np.random.default_rng(0)
+    draws = np.concatenate([move_candidates(rng, np.array([0, 0, 1.0, 3.0]), 8) for _ in range(50)])
+    assert set(draws) == {2, 3} and (draws == 3).mean() > 0.6
+    assert set(np.concatenate([move_candidates(rng, np.zeros(3), 8) for _ in range(50)])) == {0, 1, 2}
+    assert keeps_fit(0.01, 0.01) and not keeps_fit(0.011, 0.01) and not keeps_fit(-1.0, 0.0)
