@@ -103,7 +103,7 @@ def graph(data, neighbors, features, exclude, scale, metric, cache_dtype, out, c
     executor = dask_executor(scheduler, workers)
     try:
         if executor is not None:
-            from .run.shards import cache_mode
+            from .run.shared_nothing import cache_mode
             os.makedirs(out, exist_ok=True)
             if cache_mode(executor, out) == "local":
                 raise click.UsageError(f"the workers of {scheduler} cannot open --out {out}: the "

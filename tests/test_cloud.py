@@ -56,6 +56,13 @@ def _shares(cloud) -> dict:
             if cloud.procs[int(w[1:])].poll() is None}
 
 
+def _share_paths(cloud) -> set:
+    """Every share's folder on the workers' disks, by its path."""
+    return {os.path.join(root, d) for w in os.listdir(cloud.local)
+            for root, dirs, _ in os.walk(os.path.join(cloud.local, w)) for d in dirs
+            if d.startswith("rows-")}
+
+
 def test_the_workers_cannot_see_the_client_work_directory(cloud, tmp_path):
     """The premise: without the shares the same fit fails on the workers (the old behaviour,
     kept as worker_cache='shared')."""
@@ -380,8 +387,9 @@ def test_an_update_without_a_shared_work_directory_equals_a_local_update(cloud, 
 def test_an_update_then_a_fit_on_one_executor_equal_local_runs_and_leave_no_shares(cloud, tmp_path):
     """Issue 84: an update ran a copy of the fit's path that never ended the run, so the
     workers' shares of its rows stayed on their disks and the executor kept them as its rows.
-    Now one path: after the update and after a fit on the same executor, both equal to their
-    local runs, no share is left and the executor holds no rows."""
+    Now one path, and a shared-nothing run's executor of its own (ended by the engine): after
+    the update and after a fit on the same executor, both equal to their local runs, no share
+    is left."""
     import shutil
     X, _, local, _ = cloud.data
     files = sorted(os.listdir(local))
@@ -392,21 +400,22 @@ def test_an_update_then_a_fit_on_one_executor_equal_local_runs_and_leave_no_shar
     kw = dict(features="embedding", progress=False, batch_size=2000, seed=0, **FITS["dgmm"])
     uri = cloud.put_dir(str(grow), "one-executor")
     ex = _executor(cloud)
+    before = _share_paths(cloud)  # (a killed run of another test keeps its shares, for resume)
     streamclust.fit(str(grow), "dgmm", 6, work_dir=str(tmp_path / "wl"), **kw)
     streamclust.fit(uri, "dgmm", 6, work_dir=str(tmp_path / "wc"), executor=ex, **kw)
-    assert not any(_shares(cloud).values()) and ex.worker_rows is None
+    assert _share_paths(cloud) == before
     shutil.copy(os.path.join(local, files[2]), grow / files[2])
     uri = cloud.put_dir(str(grow), "one-executor", [files[2]])
     want = streamclust.update(str(grow), str(tmp_path / "wl"), progress=False)
     got = streamclust.update(uri, str(tmp_path / "wc"), progress=False, executor=ex)
     assert got.info["worker_cache"] == "local"
     assert np.array_equal(want.predict(X), got.predict(X))
-    assert not any(_shares(cloud).values()) and ex.worker_rows is None  # the update's gone too
+    assert _share_paths(cloud) == before  # the update's gone too
     want = streamclust.fit(str(grow), "dgmm", 6, **kw)
     got = streamclust.fit(uri, "dgmm", 6, work_dir=str(tmp_path / "w2"), executor=ex, **kw)
     assert got.info["worker_cache"] == "local" and got.info["rows"] == len(X)
     assert np.array_equal(want.predict(X), got.predict(X))
-    assert not any(_shares(cloud).values()) and ex.worker_rows is None
+    assert _share_paths(cloud) == before
 
 
 def _read_a_write_b(batch, state, _params):
@@ -458,10 +467,11 @@ def test_arrays_the_workers_hold_travel_once_and_what_the_client_changes_travels
         sent.append(slot)
         real(self, slot, d, values)
     monkeypatch.setattr(held.ToHold, "__init__", counting)
-    ex = _executor(cloud, worker_cache="local")
+    from streamclust.run.shared_nothing import SharedNothingExecutor
+    dask = _executor(cloud, worker_cache="local")
+    cache = ShardedCache.build(open_data(uri, features="embedding"), dask, 2000, "", "float32")
+    ex = SharedNothingExecutor(dask, cache)
     try:
-        ex.worker_rows = cache = ShardedCache.build(open_data(uri, features="embedding"), ex,
-                                                    2000, "", "float32")
         S = np.memmap(str(tmp_path / "S.f64"), np.float64, "w+", shape=(n, 1))
         T = np.memmap(str(tmp_path / "T.f64"), np.float64, "w+", shape=(n, 1))
         S[:] = np.random.default_rng(0).random((n, 1))
@@ -489,7 +499,7 @@ def test_arrays_the_workers_hold_travel_once_and_what_the_client_changes_travels
                     shutil.rmtree(root)
         assert len(run(3.0)) == len(first)
     finally:
-        ex.worker_rows = None
+        ex.end_run(False)
 
 
 def test_a_partitioned_lake_on_s3_reads_its_keys_and_where_on_the_cluster_too(cloud, tmp_path):

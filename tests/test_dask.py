@@ -289,8 +289,8 @@ def test_a_scatter_to_a_dead_worker_is_tried_again_on_the_workers_left():
 
     ex = DaskExecutor.__new__(DaskExecutor)
     ex.client = Client()
-    ex._workers = lambda: {"tcp://b:2": {}, "tcp://a:1": {}}
-    assert ex._scatter({"means": np.zeros(3)}) == "future"
+    ex.workers = lambda: {"tcp://b:2": {}, "tcp://a:1": {}}
+    assert ex.scatter({"means": np.zeros(3)}) == "future"
     first, second = Client.calls
     assert first["workers"] is None and second["workers"] == ["tcp://a:1", "tcp://b:2"]
     assert 0 < first["timeout"] < 30 and first["timeout"] == second["timeout"]

@@ -102,7 +102,7 @@ class CellSearch:
         q = len(Q)
         Q = np.ascontiguousarray(Q, dtype=np.float32)
         if starts is not None:
-            return self._walk(Q, np.ascontiguousarray(starts, np.int32), kq, bound)
+            return self.walk(Q, np.ascontiguousarray(starts, np.int32), kq, bound)
         if src is not None:
             src = np.asarray(src)
         elif self.centres is None:
@@ -114,9 +114,9 @@ class CellSearch:
             sel = np.flatnonzero(src == a)
             pick, E, E_sq = self.entries(int(a))
             starts[sel] = pick[nearest_entries(E, E_sq, Q[sel], starts.shape[1])]
-        return self._walk(Q, starts, kq, bound)
+        return self.walk(Q, starts, kq, bound)
 
-    def _walk(self, Q, starts, kq, bound):
+    def walk(self, Q, starts, kq, bound):
         q = len(Q)
         ids = np.empty((q, kq), np.int32)
         d2 = np.empty((q, kq), np.float32)

@@ -32,9 +32,9 @@ from ..base.interrupt import Terminated, check
 from ..base.threads import n_threads
 from ..data.cache import FeatureCache
 from ..errors import ParameterError, StreamclustError
-from .dask_tasks import (_MemmapRef, commit, pack, pack_values, pass_items, run_group, run_scan,
+from .dask_tasks import (MemmapRef, commit, pack, pack_values, pass_items, run_group, run_scan,
                          run_task, shadow, split)
-from .executor import LocalExecutor, average_states, merge_sum, spread
+from .executor import average_states, merge_sum, spread
 
 log = logging.getLogger(__name__)
 
@@ -114,9 +114,6 @@ class DaskExecutor:
         self.client = client
         from .shards import check_mode
         self.worker_cache = check_mode(worker_cache)
-        #: the shared-nothing cache of the fit in progress (``streamclust.run.shards``), or None
-        self.worker_rows = None
-        self.held = None  # what the workers of a shared-nothing run hold (run.held)
         #: False: a shared-nothing pass sends its row state and large parameters by value
         #: every time, as before workers held them (``benchmarks/bench_cluster.py`` compares)
         self.hold_arrays = True
@@ -128,7 +125,17 @@ class DaskExecutor:
         # the number of shares an SGD scan is cut into, fixed by the workers there are now (or
         # at the first scan, when none have joined yet): a worker lost or added later does not
         # change an SGD result, only where its shares run
-        self._scan_split = sum(int(w.get("nthreads", 1)) for w in self._workers().values())
+        self._scan_split = sum(int(w.get("nthreads", 1)) for w in self.workers().values())
+
+    def begin_run(self, algo, req, data, work_dir, opts, progress=None):
+        """``(self, None)`` when the workers open the run's work directory; else a
+        :class:`~streamclust.run.shared_nothing.SharedNothingExecutor` of the run and the
+        shares it built on the workers' disks."""
+        from .shared_nothing import begin_run
+        return begin_run(self, algo, req, data, work_dir, opts, progress)
+
+    def end_run(self, failed: bool) -> None:
+        """(Nothing to remove: the run's files are in its work directory.)"""
 
     def __enter__(self):
         return self
@@ -142,7 +149,7 @@ class DaskExecutor:
         if self._cluster is not None:
             self._cluster.close()
 
-    def _workers(self) -> dict:
+    def workers(self) -> dict:
         """The scheduler's workers, asked afresh.  Not ``client.scheduler_info()``: it returns
         the client's cached identity, which a periodic background update replaces with one
         without workers (``n_workers=0``) - a race that made a finished pass report every
@@ -159,26 +166,26 @@ class DaskExecutor:
             here.add(socket.gethostbyname(socket.gethostname()))
         except OSError:
             pass
-        return any(w.get("host") not in here for w in self._workers().values())
+        return any(w.get("host") not in here for w in self.workers().values())
 
-    def _n_tasks(self, n_batches: int) -> int:
+    def n_tasks(self, n_batches: int) -> int:
         return max(1, min(n_batches, self.parallelism() * self.tasks_per_worker))
 
     def parallelism(self) -> int:
         """The workers' threads in total (tasks that can run at once)."""
-        return max(1, sum(int(w.get("nthreads", 1)) for w in self._workers().values()))
+        return max(1, sum(int(w.get("nthreads", 1)) for w in self.workers().values()))
 
     def worker_memory(self) -> list:
         """``(address, memory limit in bytes or 0 for none, threads)`` of each worker, as the
         scheduler knows them now (``memory_limit`` sizes what each may hold)."""
         return [(a, int(w.get("memory_limit") or 0), int(w.get("nthreads", 1)))
-                for a, w in sorted(self._workers().items())]
+                for a, w in sorted(self.workers().items())]
 
     def shares(self) -> dict:
         """Numba threads per worker address: ``numba_threads`` if given, else the cores of the
         worker's machine divided by the worker threads on that machine (recomputed when the
         set of workers changes)."""
-        workers = self._workers()
+        workers = self.workers()
         key = tuple(sorted(workers))
         if key != self._shares_for:
             if self.numba_threads:
@@ -215,7 +222,7 @@ class DaskExecutor:
         refs, arrays = [], []
         for i, st in enumerate(state):
             ref = pack(st, "r")
-            if not isinstance(ref, _MemmapRef):
+            if not isinstance(ref, MemmapRef):
                 raise ParameterError(f"Dask executor: row state #{i} is not a memory-mapped array; "
                                      "use ctx.row_state so that workers can open it")
             refs.append((ref, shadow(ref)))
@@ -247,23 +254,23 @@ class DaskExecutor:
         except Terminated:
             raise
         except Exception as e:  # noqa: BLE001 - a task error or a lost worker, told apart below
-            lost = sorted(before - set(self._workers()))
+            lost = sorted(before - set(self.workers()))
             if type(e).__name__ == "KilledWorker":
-                raise self._lost(lost, e) from None
+                raise self.lost(lost, e) from None
             if lost or type(e).__name__ in ("CommClosedError", "FutureCancelledError",
                                             "CancelledError", "StreamClosedError"):
                 for f in futures:
                     f.cancel()
                 raise _PassLost(lost, e) from None
             raise
-        lost = sorted(before - set(self._workers()))
+        lost = sorted(before - set(self.workers()))
         if lost:
             log.warning("Dask worker(s) %s lost during a pass; its tasks ran again on the others",
                         ", ".join(lost))
         return [results[f.key] for f in futures]
 
     @staticmethod
-    def _lost(lost, error) -> WorkerLost:
+    def lost(lost, error) -> WorkerLost:
         why = f" ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})" \
             if error is not None else ""
         return WorkerLost(f"Dask worker(s) {', '.join(lost) or '?'} lost during a pass{why}, "
@@ -277,17 +284,17 @@ class DaskExecutor:
         input is untouched until the caller commits, so every try starts from the same rows."""
         import time
         for attempt in range(self.pass_tries):
-            before = set(self._workers())
+            before = set(self.workers())
             try:
                 return self._gather(submit(), progress, before)
             except _PassLost as e:
                 if attempt == self.pass_tries - 1:
-                    raise self._lost(e.lost, e.error) from None
+                    raise self.lost(e.lost, e.error) from None
                 log.warning("Dask worker(s) %s lost during a pass (%s); running the pass again",
                             ", ".join(e.lost) or "?", type(e.error).__name__)
                 time.sleep(0.5 * (attempt + 1))
 
-    def _scatter(self, params, tries: int = 4, values: bool = False):
+    def scatter(self, params, tries: int = 4, values: bool = False):
         """Send ``params`` to one worker.  No task of the pass has run yet, so a worker lost under
         the scatter (killed between two passes: the connection closes under it) costs nothing but
         another try on the workers left; only when every try fails is it :class:`WorkerLost`.
@@ -311,11 +318,11 @@ class DaskExecutor:
                         and not isinstance(e, OSError):
                     raise
                 if attempt == tries - 1:
-                    raise self._lost([], e) from None
+                    raise self.lost([], e) from None
                 log.warning("Dask: sending a pass's parameters failed (%s); trying again",
                             type(e).__name__)
                 time.sleep(0.5 * (attempt + 1))
-                workers = sorted(self._workers()) or None  # asked afresh: the lost one gone
+                workers = sorted(self.workers()) or None  # asked afresh: the lost one gone
 
     def scan(self, step: Callable, data, carry, params, *, blocks, state=(),
              combine: Callable | None = None, progress: Callable[[int], None] | None = None):
@@ -326,15 +333,6 @@ class DaskExecutor:
         mean).  With one worker thread this is the local pass exactly."""
         if not blocks:
             return carry, {"shares": 0, "rows": 0, "spread": 0.0}
-        if self.worker_rows is not None:  # shared-nothing: on the client copy, in this process
-            if getattr(self.worker_rows, "client_copy", None) is None:
-                raise ParameterError("the ordered pass (ctx.scan) visits rows of every worker in "
-                                     "each share of its order: in a run without a shared work "
-                                     "directory only an algorithm that declares the kNN graph or "
-                                     "random_rows (a copy of all rows on the client) may scan "
-                                     "(docs/scale.md)")
-            return LocalExecutor().scan(step, data, carry, params, blocks=blocks, state=state,
-                                        combine=combine, progress=progress)
         source = self._source(data)
         first = getattr(data, "start", 0)  # a RowRange's blocks are positions in it
         items = [(first + s, first + e) for s, e in blocks] if source is not None else \
@@ -346,7 +344,7 @@ class DaskExecutor:
         sync = self._other_hosts()
 
         def submit():
-            p, shares = self._scatter(params), self.shares()
+            p, shares = self.scatter(params), self.shares()
             return [self.client.submit(run_scan, step, source, g, refs, carry, p, shares, sync,
                                        pure=False)
                     for g in groups]
@@ -361,9 +359,6 @@ class DaskExecutor:
 
     def aggregate(self, step: Callable, data, params, *, state=(), merge: Callable = merge_sum,
                   batch_size: int = 65536, progress: Callable[[int], None] | None = None):
-        if self.worker_rows is not None:  # a shared-nothing run (streamclust.run.shards)
-            from .shard_passes import aggregate
-            return aggregate(self, step, data, params, state, merge, batch_size, progress)
         refs, arrays = self._state_refs(state)
         sync = self._other_hosts()
         source = self._source(data)
@@ -371,10 +366,10 @@ class DaskExecutor:
         items = pass_items(data, batch_size, source is not None)
         if not items:
             return None
-        groups = split(items, self._n_tasks(len(items)))
+        groups = split(items, self.n_tasks(len(items)))
 
         def submit():
-            p, shares = self._scatter(params), self.shares()
+            p, shares = self.scatter(params), self.shares()
             return [self.client.submit(run_group, step, merge, source, g, refs, p, shares, sync,
                                        pure=False) for g in groups]
         results = self._run_pass(submit, progress)

@@ -11,7 +11,7 @@ from ..data.cache import RowState
 from .executor import scan_batches
 
 
-class _MemmapRef:
+class MemmapRef:
     """A picklable reference to a memory-mapped array: the worker opens the file itself."""
 
     def __init__(self, arr: np.memmap, mode: str):
@@ -42,15 +42,15 @@ def _is_file_memmap(x) -> bool:
     return whole and x.ctypes.data == base + x.offset % mmap.ALLOCATIONGRANULARITY
 
 
-def _walk(obj, leaf):
+def walk(obj, leaf):
     """``leaf`` applied to every non-container inside tuples, namedtuples, lists and dicts."""
     if isinstance(obj, tuple):
-        items = [_walk(o, leaf) for o in obj]
+        items = [walk(o, leaf) for o in obj]
         return type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)
     if isinstance(obj, list):
-        return [_walk(o, leaf) for o in obj]
+        return [walk(o, leaf) for o in obj]
     if isinstance(obj, dict):
-        return {k: _walk(v, leaf) for k, v in obj.items()}
+        return {k: walk(v, leaf) for k, v in obj.items()}
     return leaf(obj)
 
 
@@ -58,8 +58,8 @@ def pack(obj, mode="r"):
     """Replace whole memory-mapped arrays (and row state) by references the worker opens."""
     def leaf(x):
         x = x.array if isinstance(x, RowState) else x
-        return _MemmapRef(x, mode) if _is_file_memmap(x) else x
-    return _walk(obj, leaf)
+        return MemmapRef(x, mode) if _is_file_memmap(x) else x
+    return walk(obj, leaf)
 
 
 def pack_values(obj):
@@ -68,14 +68,14 @@ def pack_values(obj):
     def leaf(x):
         x = x.array if isinstance(x, RowState) else x
         return np.array(x) if isinstance(x, np.memmap) else x
-    return _walk(obj, leaf)
+    return walk(obj, leaf)
 
 
 def _unpack(obj):
-    return _walk(obj, lambda x: x.open() if isinstance(x, _MemmapRef) else x)
+    return walk(obj, lambda x: x.open() if isinstance(x, MemmapRef) else x)
 
 
-def _use_share(shares) -> None:
+def use_share(shares) -> None:
     """Limit numba's threads in this task to this worker's share of its machine's cores (the
     cores divided by the workers on that host), so that workers do not oversubscribe a machine."""
     if not shares:
@@ -94,7 +94,7 @@ def run_task(fn, args, shares):
     """One independent task (a graph cell's build or search, a row range): single-threaded
     BLAS, as in a local build (BLAS threads of two tasks at once oversubscribe the cores)."""
     from ..base.threads import limit_blas
-    _use_share(shares)
+    use_share(shares)
     with limit_blas(1):
         return fn(*args)
 
@@ -156,7 +156,7 @@ def _open_state(state) -> tuple:
 
 def run_scan(step, source, group, state, carry, params, shares=None, sync=True):
     """One share of an ordered pass: its blocks in order from the given carry."""
-    _use_share(shares)
+    use_share(shares)
     arrays = _open_state(state)
     out = scan_batches(step, _batches(source, group), arrays, carry, _unpack(params))
     if sync:  # written through to the file system: clients on other hosts read it
@@ -166,7 +166,7 @@ def run_scan(step, source, group, state, carry, params, shares=None, sync=True):
 
 def run_group(step, merge, source, group, state, params, shares=None, sync=True):
     """One task: the step over a group of batches, partials merged in order."""
-    _use_share(shares)
+    use_share(shares)
     batches = _batches(source, group)
     arrays = _open_state(state)
     params = _unpack(params)
@@ -181,7 +181,7 @@ def run_group(step, merge, source, group, state, params, shares=None, sync=True)
     return acc, rows
 
 
-def shadow(ref: _MemmapRef) -> _MemmapRef:
+def shadow(ref: MemmapRef) -> MemmapRef:
     """The ``next`` file of a row-state array (``<file>.next``, raw, the same shape and dtype),
     created or resized here (on the client) before a pass."""
     import os
@@ -190,7 +190,7 @@ def shadow(ref: _MemmapRef) -> _MemmapRef:
     if not os.path.exists(path) or os.path.getsize(path) != nbytes:
         with open(path, "wb") as f:
             f.truncate(nbytes)
-    out = _MemmapRef.__new__(_MemmapRef)
+    out = MemmapRef.__new__(MemmapRef)
     out.filename, out.dtype, out.shape, out.offset, out.mode = path, ref.dtype, ref.shape, 0, "r+"
     return out
 

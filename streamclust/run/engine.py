@@ -26,7 +26,6 @@ from ..data.scaling import check_scale
 from ..data.transforms import check_metric, row_transform
 from ..data.cache import check_cache_dtype
 from .setup import check_int, executor_of, open_input, plan_parts, plan_run, work_dir_of
-from .shards import end_run, worker_cache
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +81,7 @@ def _graph(cache, req, work_dir, executor, seed, batch_size, show, knn_options):
     return graph, info
 
 
-def _prepare(algo, req, d, work_dir, executor, opts) -> _State:
+def _prepare(algo, req, d, work_dir, executor, stack, opts) -> _State:
     """Feature cache, kNN graph and the declared summaries; the context and the run record.
     ``req``: the algorithm's requirements, ``opts["plan"]`` the memory plan (:func:`_budget`)."""
     show = opts["show"]
@@ -93,9 +92,10 @@ def _prepare(algo, req, d, work_dir, executor, opts) -> _State:
     t0 = time.perf_counter()
     transform = row_transform(opts["metric"], req.transform)
     with _bar(show, total=d.n_rows, unit="rows", desc="reading", leave=False) as bar:
-        cache = worker_cache(algo, req, d, work_dir, executor, dict(opts, transform=transform),
-                             bar.update)  # None: the workers share the work directory
-        if cache is None:
+        executor, cache = executor.begin_run(algo, req, d, work_dir,
+                                             dict(opts, transform=transform), bar.update)
+        stack.push(lambda kind, *_: executor.end_run(kind is not None))
+        if cache is None:  # (a shared-nothing run's: the shares on the workers)
             cache = FeatureCache.build(d, work_dir, opts["batch_size"], progress=bar.update,
                                        columns=req.columns, transform=transform,
                                        scale=opts["scale"], dtype=cache_dtype,
@@ -305,8 +305,7 @@ def drive(data, job: Job, start) -> Model | None:
         work_dir, owned = work_dir_of(stack, job.work_dir)
         stack.enter_context(WorkDirLock(work_dir))
         stack.enter_context(use_threads(job.threads, job.blas_threads))
-        stack.push(lambda kind, *_: end_run(executor, kind is not None))  # (shared-nothing)
-        st = _prepare(algo, req, d, work_dir, executor,
+        st = _prepare(algo, req, d, work_dir, executor, stack,
                       dict(job.options, show=enabled(job.progress), owned=owned,
                            batch_size=batch_size, knn_options=knn_options, plan=plan))
         log.info("fitting %s (k=%s, seed %d, executor %s)", algo.name, algo.n_clusters,

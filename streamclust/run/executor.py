@@ -44,6 +44,15 @@ class LocalExecutor:
     #: False: the data and the work directory are only known to this process
     distributed = False
 
+    def begin_run(self, algo, req, data, work_dir, opts, progress=None):
+        """``(the run's executor, its cache or None)``: every executor's first call of a run
+        (a Dask executor whose workers cannot open the work directory returns a shared-nothing
+        executor and the workers' shares; None: the engine builds the cache in ``work_dir``)."""
+        return self, None
+
+    def end_run(self, failed: bool) -> None:
+        """The run's last call on the executor :meth:`begin_run` returned, however it ended."""
+
     def scan(self, step: Callable, data, carry, params, *, blocks, state=(),
              combine: Callable | None = None, progress: Callable[[int], None] | None = None):
         """The ordered pass: every block ``(start, stop)`` of ``blocks`` in turn.  Returns

@@ -24,7 +24,7 @@ import uuid
 
 import numpy as np
 
-from .dask_tasks import _walk
+from .dask_tasks import walk
 
 #: parameters at least this large are held; smaller ones travel with every pass
 HOLD_MIN_BYTES = 1 << 20
@@ -110,7 +110,7 @@ def params_refs(params):
             return x
         count[0] += 1
         return _Ref(slot_of(x, f"p{count[0]}"), digest(x), np.asarray(x))
-    return _walk(params, leaf)
+    return walk(params, leaf)
 
 
 def for_share(record: HeldRecord, sh, refs) -> tuple:
@@ -123,7 +123,7 @@ def for_share(record: HeldRecord, sh, refs) -> tuple:
             slots[x.slot] = x.digest
             return record.ref(sh, x.slot, x.digest, x.values)
         return x
-    return _walk(refs, leaf), slots
+    return walk(refs, leaf), slots
 
 
 # -- on the worker ----------------------------------------------------------------------------
@@ -168,4 +168,4 @@ def resolve(obj, folder: str, writable: bool = False):
             keep(folder, x.slot, x.digest, x.values)
             x = x.values
         return np.array(x) if writable and isinstance(x, np.ndarray) else x
-    return _walk(obj, leaf)
+    return walk(obj, leaf)

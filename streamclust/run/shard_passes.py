@@ -12,7 +12,7 @@ import numpy as np
 
 from ..base.interrupt import Terminated, check
 from . import held, shard_tasks
-from .dask_tasks import _walk, pack_values, pass_items, split
+from .dask_tasks import walk, pack_values, pass_items, split
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def _send(client, values, workers):
 def _nbytes(obj) -> int:
     """Bytes of the arrays inside ``obj`` (to hold, or held: nothing)."""
     sizes = []
-    _walk(obj, lambda x: sizes.append(getattr(getattr(x, "values", x), "nbytes", 0)
+    walk(obj, lambda x: sizes.append(getattr(getattr(x, "values", x), "nbytes", 0)
                                       if not isinstance(x, held.Held) else 0))
     return sum(sizes)
 
@@ -70,7 +70,7 @@ class LostOwners(Exception):
 
 
 def aggregate(executor, step, data, params, state, merge, batch_size, progress):
-    """The map-reduce pass of a shared-nothing run (see :meth:`DaskExecutor.aggregate`)."""
+    """The map-reduce pass of a shared-nothing run (:class:`~.shared_nothing.SharedNothingExecutor`)."""
     cache = getattr(data, "cache", data)
     arrays = [getattr(st, "array", st) for st in state]
     sharded = hasattr(cache, "shards")  # a ShardedCache; else in-memory data
@@ -82,7 +82,7 @@ def aggregate(executor, step, data, params, state, merge, batch_size, progress):
     def groups():
         """(shard or None, batches) of each task: every shard's batches cut in ``per``."""
         if not sharded:
-            return [(None, g) for g in split(ranges, executor._n_tasks(len(ranges)))]
+            return [(None, g) for g in split(ranges, executor.n_tasks(len(ranges)))]
         out = []
         for sh in cache.shards:
             mine = [r for r in ranges if sh.start <= r[0] < sh.stop]
@@ -126,7 +126,7 @@ def aggregate(executor, step, data, params, state, merge, batch_size, progress):
         shares, client = executor.shares(), executor.client
         futures = []
         try:
-            p = None if hold else executor._scatter(packed)
+            p = None if hold else executor.scatter(packed)
             for i in todo:
                 sh, g = plan_[i]
                 a, b = bounds(g)
@@ -167,13 +167,11 @@ def aggregate(executor, step, data, params, state, merge, batch_size, progress):
             if part is not None:
                 acc = part if acc is None else merge(acc, part)
         return acc
-    raise executor._lost([], None)
+    raise executor.lost([], None)
 
 
 def _record(executor) -> held.HeldRecord:
-    """The executor's record of what its workers hold (for the run; forgotten with it)."""
-    if getattr(executor, "held", None) is None:
-        executor.held = held.HeldRecord()
+    """The run's record of what its workers hold (forgotten with the run)."""
     return executor.held
 
 
@@ -194,7 +192,7 @@ def _snapshot(params, arrays):
         if isinstance(x, np.ndarray) and any(np.may_share_memory(x, a) for a in arrays):
             return np.array(x)
         return x
-    return _walk(params, leaf)
+    return walk(params, leaf)
 
 
 def _state_slot(arr, j: int, a: int, b: int) -> str:
@@ -207,12 +205,12 @@ def gather_pinned(executor, futures, owners, progress=None, sizes=None, keep=Non
     as it arrives (default: all of it).  A task pinned to a worker that left would wait for
     it for ever: :class:`LostOwners` names such workers (and any lost while a task failed),
     the pending tasks cancelled."""
-    before = set(executor._workers())
+    before = set(executor.workers())
     out, pending, last = [None] * len(futures), dict(enumerate(futures)), time.monotonic()
     waited = {}
 
     def lost_owners(error=None):
-        alive = set(executor._workers())
+        alive = set(executor.workers())
         gone = sorted({owners[i] for i in pending if owners[i] and owners[i] not in alive}
                       | (before - alive if error is not None else set()))
         if gone or (error is not None and type(error).__name__ in _LOST_ERRORS):
@@ -244,7 +242,7 @@ def gather_pinned(executor, futures, owners, progress=None, sizes=None, keep=Non
                 if isinstance(e, TimeoutError) and lost_owners() is None:
                     continue
                 if type(e).__name__ == "KilledWorker":
-                    raise executor._lost(sorted(before - set(executor._workers())), e) from None
+                    raise executor.lost(sorted(before - set(executor.workers())), e) from None
                 lost = lost_owners(e)
                 if lost is None:
                     raise

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..data.batch import Batch
 from ..data.cache import FeatureCache, float32_rows, open_cache_file
-from .dask_tasks import _use_share
+from .dask_tasks import use_share
 
 #: the folder of a worker's shares, under its ``local_directory``
 SHARD_ROOT = "streamclust-shards"
@@ -119,7 +119,7 @@ def run_shard_group(step, merge, where, group, state, params, shares=None):
     changed (None for one it left as it was: what it only read does not travel back) and, with
     ``where``, the digests of the held state after the step by slot (the worker holds them)."""
     from .held import Held, ToHold, digest, keep, resolve
-    _use_share(shares)
+    use_share(shares)
     if where is None:
         values = tuple(np.array(a) for a in state)  # writable copies of what arrived
         batches, g0 = group, group[0].start

@@ -31,7 +31,6 @@ import hashlib
 import json
 import logging
 import os
-import uuid
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,92 +47,6 @@ MODES = ("auto", "shared", "local")
 def check_mode(mode) -> str:
     from ..base.checks import one_of
     return one_of("worker_cache", mode, MODES, "auto")
-
-
-def cache_mode(executor, work_dir: str) -> str:
-    """``"local"`` when the run's passes go to workers that cannot open ``work_dir`` (or the
-    executor's ``worker_cache`` says so), else ``"shared"``."""
-    mode = getattr(executor, "worker_cache", "shared") if getattr(executor, "distributed", False) \
-        else "shared"
-    if mode != "auto":
-        return mode
-    token = uuid.uuid4().hex
-    path = os.path.join(work_dir, f".probe-{token}")
-    with open(path, "w") as f:
-        f.write(token)
-    try:
-        seen = executor.client.run(shard_tasks.probe, os.path.abspath(path), token)
-    finally:
-        os.remove(path)
-    blind = sorted(a for a, ok in seen.items() if not ok)
-    if blind:
-        log.info("Dask worker(s) %s cannot open the work directory %s: each worker caches its "
-                 "share of the rows on its own disk", ", ".join(blind), work_dir)
-        return "local"
-    return "shared"
-
-
-def refuse(opts, data) -> None:
-    """One line, before anything is read, for what a shared-nothing run cannot do yet."""
-    if opts.get("keep_scaling") and opts["scale"] != "none" and opts.get("scaler") is None:
-        raise ParameterError(f"--update of a fit with --scale {opts['scale']} recorded before "
-                             "shared-nothing updates kept its scaling: fit again, or give the "
-                             "workers a shared --work-dir (docs/scale.md)")
-    if data.on_invalid != "error":
-        raise ParameterError("on_invalid='skip' (--skip-invalid): a run without a shared work "
-                             "directory needs every row valid (its shares are cut by row)")
-    if data.n_rows is None:
-        raise ParameterError(f"{data.source.name}: its rows are not known before a pass (CSV); "
-                             "a run without a shared work directory needs Parquet or Arrow IPC")
-
-
-def worker_cache(algo, req, data, work_dir, executor, opts, progress=None):
-    """The run's :class:`ShardedCache` when its workers cannot open ``work_dir`` (refusing first
-    what such a run cannot do), else None; the executor's passes then go to its shares."""
-    if cache_mode(executor, work_dir) != "local":
-        return None
-    refuse(opts, data)
-    dtype = opts.get("cache_dtype", "float32")
-    copy = None
-    if req.knn or req.random_rows:
-        from ..data.cache import FeatureCache
-        log.info("algorithm '%s' needs every row in one place (%s): the client caches them in "
-                 "%s too", algo.name, "the kNN graph" if req.knn else "rows read at random",
-                 work_dir)
-        copy = FeatureCache.build(data, work_dir, opts["batch_size"], progress=progress,
-                                  columns=req.columns, transform=opts["transform"],
-                                  scale=opts["scale"], dtype=dtype,
-                                  keep_scaling=opts.get("keep_scaling", False))
-        progress = None
-    scaler = None  # merged from the shares', unless the copy's or (an update) the fit's
-    if copy is not None:
-        scaler = copy.scaler
-    elif opts.get("keep_scaling") and opts["scale"] != "none":
-        from ..data.scaling import Scaler
-        scaler = Scaler.from_json(opts["scaler"], data.n_features, "the fitted record")
-    cache = ShardedCache.build(data, executor, opts["batch_size"], opts["transform"], dtype,
-                               progress, scale=opts["scale"], work_dir=work_dir,
-                               columns=() if copy else req.columns, scaler=scaler)
-    cache.client_copy = copy
-    executor.worker_rows, executor.held = cache, None
-    return cache
-
-
-def end_run(executor, failed: bool) -> None:
-    """After a fit: a shared-nothing run's shares removed from the workers' disks when it
-    succeeded (kept after a failure, for ``resume``: the next build of the same rows on the
-    same worker reuses them); the executor free for another fit."""
-    cache, executor.worker_rows = getattr(executor, "worker_rows", None), None
-    executor.held = None  # (what the workers held goes with their shares)
-    if cache is None or failed:
-        return
-    try:
-        futures = [executor.client.submit(shard_tasks.remove_shard, sh.path, workers=[sh.address],
-                                          allow_other_workers=False, pure=False)
-                   for sh in cache.shards if sh.path]
-        gather_pinned(executor, futures, [sh.address for sh in cache.shards if sh.path])
-    except Exception as e:  # noqa: BLE001 - a worker gone meanwhile: its disk went with it
-        log.debug("removing the shares: %s", e)
 
 
 @dataclass
@@ -203,7 +116,7 @@ class ShardedCache:
                 "n_rows": int(data.n_rows), "batch_size": int(batch_size)}
         key = hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()[:16]
         meta.update(transform=transform, scale=scale)
-        workers = sorted(executor._workers())
+        workers = sorted(executor.workers())
         if not workers:
             raise ParameterError("the Dask cluster has no workers")
         shards = [Shard(s, e) for s, e in plan(meta["n_rows"], batch_size, len(workers))]
@@ -234,7 +147,7 @@ class ShardedCache:
                 return gather_pinned(self.executor, futures, [sh.address for sh in shards])
             except LostOwners:
                 continue
-        raise self.executor._lost(sorted({sh.address for sh in shards}), None)
+        raise self.executor.lost(sorted({sh.address for sh in shards}), None)
 
     def _fit_scaler(self, method: str) -> None:
         """The statistics of every share's rows merged in row order, the scaler applied."""
@@ -298,12 +211,12 @@ class ShardedCache:
             if self.scaler is not None:  # (shares built again after a loss)
                 self._scale(shards)
             return
-        raise self.executor._lost(sorted({sh.address for sh in shards}), None)
+        raise self.executor.lost(sorted({sh.address for sh in shards}), None)
 
     def _reassign(self, shards: list, lost) -> None:
-        alive = sorted(self.executor._workers())
+        alive = sorted(self.executor.workers())
         if not alive:
-            raise self.executor._lost(sorted(lost), None)
+            raise self.executor.lost(sorted(lost), None)
         load = {a: sum(1 for s in self.shards if s.address == a) for a in alive}
         for sh in shards:
             if sh.address not in load:
@@ -312,7 +225,7 @@ class ShardedCache:
 
     def ensure(self) -> None:
         """Shares whose worker is gone built again on the workers left (before a pass)."""
-        alive = set(self.executor._workers())
+        alive = set(self.executor.workers())
         gone = [sh for sh in self.shards if sh.address not in alive]
         if gone:
             lost = sorted({sh.address for sh in gone})
