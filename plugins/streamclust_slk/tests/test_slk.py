@@ -208,24 +208,25 @@ def test_slk_resumes_across_runs_of_a_lambda_grid(tmp_path):
 
 
 def test_default_starts_reach_nmi_080_on_usps():
-    """Issue 31: SLK with its defaults on usps (9298 × 256, k = 10), median NMI of seeds 0-2 at
-    least 0.80.  The defaults (five starts kept by the lowest discrete energy, each the best of
-    ten seedings) reach 0.853 / 0.838 / 0.803; one start of one seeding (the old default) gave
-    0.807 / 0.703 / 0.747."""
+    """Issue 31: SLK with its defaults on usps (9298 × 256, k = 10) reaches NMI 0.80.  The
+    defaults (five starts kept by the lowest discrete energy, each the best of ten seedings)
+    reach 0.853 / 0.838 / 0.803 at seeds 0-2; one start of one seeding (the old default) gave
+    0.807 / 0.703 / 0.747.  One seed here, 1, where the old default fails (the seeds are
+    ``bench_defaults.py``'s: issue 84)."""
     path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "shared", "data", "usps.npz")
     if not os.path.exists(path):
         pytest.skip(f"{os.path.normpath(path)} is absent (../shared/data beside the repo)")
     with np.load(path, allow_pickle=False) as z:
         X, y = z["X"].astype(np.float32), z["y"]
-    scores = [nmi(y, streamclust.fit(X, "slk", 10, seed=s, progress=False).labels_) for s in range(3)]
-    assert np.median(scores) >= 0.80, scores
+    assert nmi(y, streamclust.fit(X, "slk", 10, seed=1, progress=False).labels_) >= 0.80
 
 
 def test_labelled_fits_start_ten_times_and_reach_acc_085_on_usps():
     """Issue 48: with ``validation_labels`` (λ grid 1..4 scored on a 10 % validation split) SLK
     starts ten times by default, not five.  usps, seeds 0-2: ACC 0.797 / 0.893 / 0.880 (five
     starts: 0.797 / 0.784 / 0.860, median 0.797); chosen on 70 000 × 784 digits, where the
-    median went from 0.761 to 0.872 (README table)."""
+    median went from 0.761 to 0.872 (README table).  One seed here, 1, where five starts fail
+    (the seeds are ``bench_defaults.py``'s: issue 84)."""
     from streamclust.toolkit import accuracy
     path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "shared", "data", "usps.npz")
     if not os.path.exists(path):
@@ -234,10 +235,9 @@ def test_labelled_fits_start_ten_times_and_reach_acc_085_on_usps():
         X, y = z["X"].astype(np.float32), np.unique(z["y"], return_inverse=True)[1]
     t = pa.table({"x": pa.FixedSizeListArray.from_arrays(pa.array(X.ravel()), X.shape[1]),
                   "y": pa.array(y.astype(np.int64))})
-    scores = [accuracy(y, streamclust.fit(t, "slk", 10, features="x", seed=s, progress=False,
-                                          lambda_grid="1,1.5,2,2.5,3,3.5,4",
-                                          validation_labels="y").labels_) for s in range(3)]
-    assert np.median(scores) >= 0.85, scores
+    m = streamclust.fit(t, "slk", 10, features="x", seed=1, progress=False,
+                        lambda_grid="1,1.5,2,2.5,3,3.5,4", validation_labels="y")
+    assert accuracy(y, m.labels_) >= 0.85
 
 
 def test_default_seedings_reach_the_paper_on_shuttle():
