@@ -15,7 +15,7 @@ Choices where the paper is silent (recorded here as ALGORITHMS.md asks):
   trials > 1 the chains' candidates are drawn from all rows (one extra pass) and each trial's
   potential is estimated on the weighted coreset: centres drawn only among the coreset's few
   thousand rows generalise worse to the full data.  With the K(n) start below and 20 trials,
-  KDD η went from 15.3–16.1 % (2 seeds) to 13.1–14.3 % (5 seeds, bench_dgmm_kdd).
+  KDD η went from 15.3–16.1 % (2 seeds) to 13.1–14.3 % (5 seeds, bench_dgmm.py kdd).
   The seeding also yields every coreset row's nearest seed, which becomes the first member of
   K(n) (the other H - 1 start uniform, as in the paper); started from random K(n) the first
   E-step assigns rows to far clusters and the first M-step throws the seeding away (KDD: η of

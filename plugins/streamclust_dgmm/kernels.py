@@ -147,7 +147,7 @@ def _row(i, t, X, w, K, prm, sim, cfg, out, buf):
 #: means and sums one after another while they are in the core's cache.  1M × 384, k = 1 000
 #: (3 MB of means, 3 MB of sums a thread): an epoch 1.59 → 1.32 s; below, the rows read out of
 #: order cost more than the means read from L3 (384 wide, k = 100: 0.58 → 0.77 s; 32 wide,
-#: k = 1 000: 0.90 → 1.35 s; `benchmarks/bench_dgmm_throughput.py`, 2 cores, 512 KB L2 each)
+#: k = 1 000: 0.90 → 1.35 s; `benchmarks/bench_dgmm.py throughput`, 2 cores, 512 KB L2 each)
 ORDER_MEANS_BYTES = 1 << 20
 
 

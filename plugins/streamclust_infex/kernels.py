@@ -106,7 +106,7 @@ def log_mixture_rows(X, Z, logq, kern):
     """``(lg, best)`` of every row: log Σ_j q_j k_{z_j}(x) and the exemplar of the largest term
     (−1 where none reaches), from float64 BLAS products in blocks of ``REDUCE_ROWS`` rows, each
     reduced in one numba pass (65 536 rows × 1 300 exemplars, 50 wide, one BLAS thread: 1.0 s,
-    against 2.5 s reducing blocks of 4 096 × 1 300 terms in NumPy; ``bench_infex_score.py``)."""
+    against 2.5 s reducing blocks of 4 096 × 1 300 terms in NumPy; ``bench_infex.py score``)."""
     Z = np.ascontiguousarray(Z, np.float64)
     z_sq = (Z * Z).sum(axis=1)
     logq = np.ascontiguousarray(logq, np.float64)

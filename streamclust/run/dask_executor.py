@@ -115,7 +115,7 @@ class DaskExecutor:
         from .shards import check_mode
         self.worker_cache = check_mode(worker_cache)
         #: False: a shared-nothing pass sends its row state and large parameters by value
-        #: every time, as before workers held them (``benchmarks/bench_cluster.py`` compares)
+        #: every time, as before workers held them (``benchmarks/bench_dask.py cluster`` compares)
         self.hold_arrays = True
         self.tasks_per_worker = int(tasks_per_worker)
         self.numba_threads = numba_threads

@@ -13,8 +13,8 @@ iterations, its default sampling of 256 rows per centre) and scikit-learn ``Mini
 every row to its nearest centre (exact, through faiss ``IndexFlatL2`` over all rows; on unit
 rows ``2 − 2 cos``).  Peers read the rows from the feature cache into memory, which they need.
 
-    python benchmarks/bench_embeddings.py graph --data /work/emb384 [--data /work/d784] [--k 10]
-    python benchmarks/bench_embeddings.py dgmm --data /work/emb384 [-k 1000] [--peers faiss,minibatch]
+    python benchmarks/bench_knn.py embeddings graph --data /work/emb384 [--data /work/d784] [--k 10]
+    python benchmarks/bench_knn.py embeddings dgmm --data /work/emb384 [-k 1000] [--peers faiss,minibatch]
 
 Data: ``make_embeddings.py N DIR --dim 384 [--dtype float16]`` or ``make_digits.py N DIR
 --side 28`` (column ``x``).
@@ -29,9 +29,9 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # _common, jobs
 from _common import table  # noqa: E402
-from bench_scale import drop_own, exact_sample, recall, run  # noqa: E402
+from _common import drop_own, exact_sample, recall, run  # noqa: E402
 
 
 def cache_rows(work):

@@ -18,7 +18,7 @@ the float32 cache of the same data is built apart for the other passes, in the s
 Ratios: D-GMM's median epoch (epochs 1 and later; epoch 0 is a hard E-step) ÷ bare, and each
 peer's time ÷ D-GMM's median epoch.
 
-    python benchmarks/bench_dgmm_throughput.py [--rows 10000000] [--dim 32] [--clusters 100 1000]
+    python benchmarks/bench_dgmm.py throughput [--rows 10000000] [--dim 32] [--clusters 100 1000]
                                                [--epochs 6] [--skip-peers]
 """
 import argparse
@@ -30,9 +30,9 @@ import time
 import numba as nb
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # _common, jobs
 from _common import median, table  # noqa: E402
-from bench_memory import write_data  # noqa: E402
+from _common import write_data  # noqa: E402
 
 import streamclust  # noqa: E402
 from streamclust.toolkit import rng_below, rng_init  # noqa: E402

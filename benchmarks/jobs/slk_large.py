@@ -5,7 +5,7 @@ scikit-learn KMeans (k-means++, n_init=1) on the same array is the reference of 
 
 Goal (issue 3): graph + SLK-BO ≤ 60 s, SLK-BO ≤ 15 s on 2 cores.
 
-    python benchmarks/bench_slk_large.py [--rows 70000] [--dim 784] [--repeats 1]
+    python benchmarks/bench_slk.py large [--rows 70000] [--dim 784] [--repeats 1]
 """
 import argparse
 import os
@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pyarrow.parquet as pq
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # _common, jobs
 from _common import median, table, vector_table  # noqa: E402
 
 import streamclust  # noqa: E402

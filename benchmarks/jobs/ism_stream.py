@@ -2,7 +2,7 @@
 Gaussians in dims 2-3 = the given clustering, uniform noise dims) in Parquet, fitted on a uniform
 sample and labelled row by row with streaming predict.
 
-    python benchmarks/bench_ism_stream.py [--rows 20000] [--sample 2000] [--noise 2] [--seeds 0,1,2]
+    python benchmarks/bench_ism.py stream [--rows 20000] [--sample 2000] [--noise 2] [--seeds 0,1,2]
 """
 import argparse
 import os
@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # _common, jobs
 from _common import table  # noqa: E402
 
 import streamclust  # noqa: E402

@@ -2,7 +2,7 @@
 digits of ``make_digits.py`` (50 wide, k = 10 digits) at each size, with seconds, NMI against
 ``label`` and peak anonymous memory (``RssAnon`` polled every 20 ms).
 
-    python benchmarks/bench_scale_fits.py --data /tmp/digits [--sizes 1000000,8000000]
+    python benchmarks/bench_large.py fits --data /tmp/digits [--sizes 1000000,8000000]
         [--algorithms slk,ncutemb,dgmm,infex,ism] [--set ALGO:name=value ...]
 
 The fits, with default settings unless ``--set`` says otherwise:
@@ -31,9 +31,9 @@ import tempfile
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # _common, jobs
 from _common import table  # noqa: E402
-from bench_scale import ensure_data, run, size_dir  # noqa: E402
+from _common import ensure_data, run, size_dir  # noqa: E402
 
 FITS = {"slk": ["-k", "10"], "ncutemb": ["-k", "10"], "dgmm": ["-k", "100"],
         "infex": ["--set", "coreset_size=20000"], "ism": ["-k", "10"]}

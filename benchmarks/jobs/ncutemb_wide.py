@@ -16,7 +16,7 @@ standardises them (anchor, neighbour, random partner), then:
   forward passes (anchor, neighbour, the neighbour again after the anchor's step, partner,
   anchor again) and three SGD steps over W1 in float64, read along its rows.
 
-    python benchmarks/bench_ncutemb_wide.py [--rows 60000] [--hidden 50] [--epochs 3]
+    python benchmarks/bench_ncutemb.py wide [--rows 60000] [--hidden 50] [--epochs 3]
                                             [--data DIR] [--repeat 3]
 """
 import argparse
@@ -29,7 +29,7 @@ import time
 import numba as nb
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # _common, jobs
 from _common import HERE, median, table  # noqa: E402
 
 import streamclust  # noqa: E402

@@ -11,7 +11,7 @@ balancing factor is left out (it is 1 on a balanced stream).  Starts: NCutEmb's 
 and two that know the labels, the difference of the class means and a linear SVM trained on the
 labels (C = 0.003), each scaled so that the median |f| is 1 as NCutEmb's start is.
 
-    python benchmarks/ncutemb_objective.py [--sets g50c,bcw] [--neighbors 10]
+    python benchmarks/bench_ncutemb.py objective [--sets g50c,bcw] [--neighbors 10]
 
 Measured (2026-11-24): on g50c all three starts (errors 4.73, 4.00 and 3.09 %) end in the same
 minimum, 6.0-6.2 % error, with a lower objective than each start (0.848 against 0.939-0.949): with
@@ -27,8 +27,8 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_ncutemb import error, load, ncutemb  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # _common, jobs
+from jobs.ncutemb_real import error, load, ncutemb  # noqa: E402
 from _common import median, table  # noqa: E402
 
 BETA = 20.0

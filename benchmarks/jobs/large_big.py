@@ -18,7 +18,7 @@ the end unless ``--keep``; ``--data DIR`` fits the files of an earlier ``--keep`
 of generating them.  The run checks first that the disk has room for the data and the
 cache (2 × rows × dim × 4 bytes and 5 % more).
 
-    python benchmarks/bench_big.py [--rows 100000000] [--dim 64] [--clusters 50] [--epochs 4]
+    python benchmarks/bench_large.py big [--rows 100000000] [--dim 64] [--clusters 50] [--epochs 4]
                                    [--dir DIR] [--keep] [--data DIR] [--dd-gb 16]
 """
 import argparse
@@ -35,9 +35,9 @@ import time
 import numba as nb
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # _common, jobs
 from _common import table  # noqa: E402
-from bench_memory import peak_anon_kb, write_data  # noqa: E402
+from _common import peak_anon_kb, write_data  # noqa: E402
 
 FILE_ROWS = 500_000
 

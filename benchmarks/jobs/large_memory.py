@@ -4,7 +4,7 @@ Counts peak anonymous memory (``RssAnon`` in /proc/PID/status, polled every 20 m
 memory-mapped files, which the OS can drop, do not count) and plain peak RSS (``VmHWM``), and
 the throughput of the epochs (rows × epochs / the epochs' seconds, from the model's history).
 
-    python benchmarks/bench_memory.py [--rows 1000000] [--dim 32] [--clusters 50] [--epochs 5]
+    python benchmarks/bench_large.py memory [--rows 1000000] [--dim 32] [--clusters 50] [--epochs 5]
                                       [--algorithm dgmm] [--set name=value ...]
 
 D-GMM by default (``--set tol=1e-9`` so that every epoch runs); NCutEmb:
@@ -22,54 +22,15 @@ import sys
 import tempfile
 import time
 
-import numpy as np
-import pyarrow.parquet as pq
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import table, vector_table  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # _common, jobs
+from _common import status_kb, table, write_data  # noqa: E402
 
 
-def write_data(path, rows, dim, clusters, chunk=500_000, seed=0, session_rows=0):
-    """Blobs around ``clusters`` random centres; with ``session_rows`` > 0 also a ``session``
-    column: runs of that many consecutive rows drawn from one cluster share a session id."""
-    rng = np.random.default_rng(seed)
-    centers = rng.normal(scale=5.0, size=(clusters, dim)).astype(np.float32)
-    os.makedirs(path, exist_ok=True)
-    for i, s in enumerate(range(0, rows, chunk)):
-        n = min(chunk, rows - s)
-        extra = {}
-        if session_rows > 0:
-            session = (s + np.arange(n)) // session_rows
-            first = session[0]
-            of_session = rng.integers(0, clusters, session[-1] - first + 1)
-            c = of_session[session - first]
-            extra["session"] = session.astype(np.int64)
-        else:
-            c = rng.integers(0, clusters, n)
-        X = centers[c] + rng.normal(size=(n, dim)).astype(np.float32)
-        pq.write_table(vector_table("embedding", X, **extra),
-                       os.path.join(path, f"part-{i:04d}.parquet"), row_group_size=100_000)
 
 
-def status_kb(pid, key):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    return 0
 
 
-def peak_anon_kb(p) -> int:
-    """Peak ``RssAnon`` (KiB) of the running process ``p`` (a Popen), polled every 20 ms until
-    it ends."""
-    peak = 0
-    while p.poll() is None:
-        try:
-            peak = max(peak, status_kb(p.pid, "RssAnon"))
-        except (FileNotFoundError, ProcessLookupError):
-            break
-        time.sleep(0.02)
-    return peak
 
 
 def measure(data, work, args):

@@ -1,6 +1,6 @@
 """How far a refit moves between seeds: the yardstick for an update's stability (issue 46).
 
-    python benchmarks/bench_seeds.py [--algorithms ncutemb,ism] [--rows 1000000] [--seeds 3]
+    python benchmarks/bench_update.py seeds [--algorithms ncutemb,ism] [--rows 1000000] [--seeds 3]
         [--data-dir DIR] [--set ism.sample_size=4000]
 
 Fits each algorithm on the first ``--rows`` rows of ``bench_update.py``'s data (``make_digits.py``
@@ -18,9 +18,9 @@ import time
 
 from sklearn.metrics import adjusted_rand_score
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # _common, jobs
 from _common import table  # noqa: E402
-from bench_update import apply_sets, ensure_data, fit, labels_of, read_rows  # noqa: E402
+from jobs.update_steps import apply_sets, ensure_data, fit, labels_of, read_rows  # noqa: E402
 
 from streamclust.model.metrics import nmi  # noqa: E402
 

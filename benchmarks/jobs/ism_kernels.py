@@ -1,6 +1,6 @@
 """Which kernel could ISM without ``given`` (plain spectral clustering) use on usps? (issue 48)
 
-    python benchmarks/bench_ism_kernels.py [--rows 2000] [--seed 0]
+    python benchmarks/bench_ism.py kernels [--rows 2000] [--seed 0]
 
 On a uniform sample of usps (the size of ISM's default ``sample_size``), standardised as ISM's
 default rows are, the spectral embedding of each affinity (top 10 eigenvectors of the centred,
@@ -24,7 +24,7 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # _common, jobs
 from _common import SHARED_DATA, table  # noqa: E402
 
 

@@ -2,7 +2,7 @@
 graph and row state an SLK fit left in its work directory.
 
     streamclust fit DATA -a slk -k 10 --work-dir W --max-epochs 1 --out M   # once
-    python benchmarks/bench_slk_bound.py --work-dir W [--repeat 3]
+    python benchmarks/bench_slk.py bound --work-dir W [--repeat 3]
 
 Rows (each the median of ``--repeat`` passes over all rows, in batches of 65 536 rows as the
 fit's pass):
@@ -27,7 +27,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import reverse_cuthill_mckee
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # _common, jobs
 from _common import table  # noqa: E402
 
 from streamclust.graph.knn import KNN_DIR, KNNGraph  # noqa: E402

@@ -4,7 +4,7 @@ record batches of 65 536 rows made on the fly, as a pipeline's reader yields the
 model (k = 10), at 1M and 10M rows, beside the same process only consuming the stream (the bare
 cost: generation and iteration) and with its seconds.
 
-    python benchmarks/bench_predict_batches.py [--sizes 1000000,10000000] [--width 50]
+    python benchmarks/bench_io.py predict [--sizes 1000000,10000000] [--width 50]
 
 The table gives the ratio of each peak to the 1M one (flat: ≤ 1.25) and the rows per second.
 """
@@ -12,11 +12,10 @@ import argparse
 import os
 import subprocess
 import sys
-import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # _common, jobs
 from _common import table  # noqa: E402
-from bench_memory import peak_anon_kb  # noqa: E402
+from _common import peak_anon_kb  # noqa: E402
 
 CHILD = r"""
 import sys, time

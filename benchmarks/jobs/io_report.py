@@ -2,7 +2,7 @@
 bare cost of its pass (reading the Parquet files into float32 rows and the nearest of the
 model's centres for every row, BLAS, no sample, no table, no page), measured in the same run.
 
-    python benchmarks/bench_report.py [--rows 10000000] [--dim 32] [--clusters 100] [--dir D]
+    python benchmarks/bench_io.py report [--rows 10000000] [--dim 32] [--clusters 100] [--dir D]
 
 Writes ``--rows`` blob rows (``x`` as fixed_size_list<float32>, ``label``, ``id``) in files of
 1M rows under ``--dir`` (kept and reused), fits D-GMM on them with its coreset
@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # _common, jobs
 from _common import median, table, vector_table  # noqa: E402
 
 

@@ -8,103 +8,35 @@ Recall@k: the share of found neighbours at most as far as the k-th exact neighbo
 over ``--sample`` rows whose exact neighbours are found by brute force over all rows.  Memory:
 ``RssAnon`` of the process, polled every 20 ms (pages of memory-mapped files do not count).
 
-    python benchmarks/bench_scale.py --data /tmp/digits [--sizes 1000000,4000000,8000000]
+    python benchmarks/bench_knn.py scale --data /tmp/digits [--sizes 1000000,4000000,8000000]
         [--k 10] [--sample 2000] [--peers hnswlib,pynndescent] [--append 0.1] [--dask]
 
 ``--data`` holds the Parquet files of ``make_digits.py`` (500 000 rows each); missing ones are
 generated.  Each size reads the first files that hold it.
 """
 import argparse
-import glob
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import table  # noqa: E402
-from bench_memory import peak_anon_kb  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # _common, jobs
+from _common import FILE_ROWS, drop_own, ensure_data, exact_sample, recall, run, size_dir, table  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-FILE_ROWS = 500_000
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # benchmarks/
 
 
-def run(cmd):
-    """(seconds, peak RssAnon MiB) of a command; fails loudly."""
-    t = time.perf_counter()
-    p = subprocess.Popen(cmd)
-    peak = peak_anon_kb(p)
-    if p.wait() != 0:
-        raise SystemExit(f"failed: {' '.join(cmd)}")
-    return time.perf_counter() - t, peak / 1024
 
 
-def exact_sample(X, rows, k, chunk=16384):
-    """Exact k nearest other rows of ``rows`` (ids, distances) by brute force over ``X``: BLAS
-    distances pick candidates (at most the current k-th, with slack), float64 decides."""
-    Q = np.asarray(X[rows], dtype=np.float32)
-    q64 = Q.astype(np.float64)
-    m = len(rows)
-    best_i = np.zeros((m, 0), np.int64)
-    best_d = np.zeros((m, 0))
-    for s in range(0, len(X), chunk):
-        B = np.asarray(X[s:s + chunk], dtype=np.float32)
-        D = (Q * Q).sum(1)[:, None] + (B * B).sum(1)[None, :] - 2 * (Q @ B.T)
-        D[rows[:, None] == np.arange(s, s + len(B))[None, :]] = np.inf
-        if best_d.shape[1] < k:  # the first chunk: its k + 8 nearest
-            top = np.argpartition(D, min(k + 8, D.shape[1] - 1), axis=1)[:, :k + 8]
-            qi, bi = np.repeat(np.arange(m), top.shape[1]), top.ravel()
-        else:
-            qi, bi = np.nonzero(D <= (best_d[:, -1:] * 1.001 + 1e-3))
-        bi = bi + s
-        d = ((q64[qi] - np.asarray(X[bi], dtype=np.float64)) ** 2).sum(1)
-        qi = np.concatenate([np.repeat(np.arange(m), best_i.shape[1]), qi])
-        bi = np.concatenate([best_i.ravel(), bi])
-        d = np.concatenate([best_d.ravel(), d])
-        order = np.lexsort((bi, d, qi))
-        qi, bi, d = qi[order], bi[order], d[order]
-        first = np.searchsorted(qi, np.arange(m))
-        rank = np.arange(len(qi)) - first[qi]
-        keep = rank < k
-        best_i = bi[keep].reshape(m, k)
-        best_d = d[keep].reshape(m, k)
-    return best_i, np.sqrt(best_d)
 
 
-def recall(X, rows, ids, exact_d):
-    Q = np.asarray(X[rows], dtype=np.float64)
-    found = np.asarray(X[np.asarray(ids).ravel()], dtype=np.float64).reshape(len(rows), -1, X.shape[1])
-    d = np.linalg.norm(Q[:, None, :] - found, axis=2)
-    return float((d <= exact_d[:, -1:] * (1 + 1e-6) + 1e-9).mean())
 
 
-def ensure_data(path, rows):
-    files = sorted(glob.glob(os.path.join(path, "*.parquet")))
-    if len(files) * FILE_ROWS < rows:
-        subprocess.run([sys.executable, os.path.join(HERE, "make_digits.py"), str(rows), path],
-                       check=True)
-        files = sorted(glob.glob(os.path.join(path, "*.parquet")))
-    return files
 
 
-def size_dir(root, files, rows, tail=0):
-    """A directory of the first ``rows + tail`` rows: links to whole files, and the first rows
-    of the next file written out."""
-    d = os.path.join(root, f"rows-{rows}-{tail}")
-    os.makedirs(d)
-    whole, rest = divmod(rows + tail, FILE_ROWS)
-    for f in files[:whole]:
-        os.symlink(os.path.abspath(f), os.path.join(d, os.path.basename(f)))
-    if rest:
-        import pyarrow.parquet as pq
-        t = pq.read_table(files[whole]).slice(0, rest)
-        pq.write_table(t, os.path.join(d, os.path.basename(files[whole])))
-    return d
 
 
 def features(work):
@@ -134,15 +66,6 @@ def peer(name, features_path, n, d, k, out):
     np.save(out, drop_own(ids, k))
 
 
-def drop_own(ids, k):
-    """A peer's ``k + 1`` answers per row without the row itself (else without the last)."""
-    ids = np.asarray(ids).astype(np.int64)
-    n = len(ids)
-    own = ids == np.arange(n)[:, None]
-    drop = np.where(own.any(1), own.argmax(1), k)
-    keep = np.ones_like(ids, bool)
-    keep[np.arange(n), drop] = False
-    return ids[keep].reshape(n, k)
 
 
 def main():

@@ -3,7 +3,7 @@
 BLAS products in blocks, then one numba pass of log-sum-exp and argmax), beside the BLAS
 products alone on the same blocks, in one run.
 
-    python benchmarks/bench_infex_score.py [--rows 65536] [--exemplars 1300]
+    python benchmarks/bench_infex.py score [--rows 65536] [--exemplars 1300]
         [--widths 50,384,784] [--repeat 3]
 
 One BLAS thread, as in a fit (``blas_threads=1``); Gaussian kernel; rows uniform in [0, 1]^d,
@@ -19,7 +19,7 @@ import time
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # _common, jobs
 from _common import median, table  # noqa: E402
 
 from streamclust_infex import kernels as kn  # noqa: E402

@@ -5,7 +5,7 @@ structure for a partition to follow.  Each way of building its graph runs in a c
 on the same unit rows (in memory): wall and CPU seconds, recall@k over ``--sample`` rows (exact
 neighbours by brute force) and peak anonymous memory, with the time ratio to pynndescent.
 
-    python benchmarks/bench_topic_graph.py DATA [--topic 0] [--k 10] [--sample 500]
+    python benchmarks/bench_knn.py topic DATA [--topic 0] [--k 10] [--sample 500]
         [--runs cells,one-cell,pynndescent:30]
 
 ``cells``: ``streamclust.knn_graph`` with its defaults (cells of 50 000 rows, searches across
@@ -22,9 +22,9 @@ import tempfile
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # _common, jobs
 from _common import table  # noqa: E402
-from bench_scale import drop_own, exact_sample, recall, run  # noqa: E402
+from _common import drop_own, exact_sample, recall, run  # noqa: E402
 
 
 def topic_rows(data, rank, out):

@@ -1,6 +1,6 @@
 """The feature cache pass against its bare cost, in one run.
 
-    python benchmarks/bench_cache.py DATA [--features x] [--repeat 3] [--batch-size 65536]
+    python benchmarks/bench_io.py cache DATA [--features x] [--repeat 3] [--batch-size 65536]
         [--work DIR]
 
 DATA: Parquet files (e.g. ``make_embeddings.py 1000000 DIR --dim 384 --dtype float16``, or
@@ -28,7 +28,7 @@ import time
 import numpy as np
 import pyarrow.parquet as pq
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # _common, jobs
 from _common import median, table  # noqa: E402
 
 from streamclust.data.cache import FeatureCache  # noqa: E402

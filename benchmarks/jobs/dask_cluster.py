@@ -20,7 +20,7 @@ thread each), against today's shared-work-directory mode in the same run.
   with one of the 2 workers SIGKILLed at a random moment inside the fit: seconds against the
   uninterrupted fit's, and whether the labels are equal.
 
-    python benchmarks/bench_cluster.py --data-dir DIR [--rows 8000000] [--epochs 3] [--k 20]
+    python benchmarks/bench_dask.py cluster --data-dir DIR [--rows 8000000] [--epochs 3] [--k 20]
                                        [--slk-epochs 2] [--kill-trials 10] [--algorithms dgmm,slk]
                                        [--pin-workers]
 """
@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # _common, jobs
 from _common import median, table  # noqa: E402
 
 import streamclust  # noqa: E402
@@ -220,7 +220,7 @@ def main():
                     help="worker i runs on core i alone (taskset): one core a worker, as on a "
                          "cluster of one-core machines; the S3 server and the client are not pinned")
     a = ap.parse_args()
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # benchmarks/
     if not any(f.endswith(".parquet") for f in os.listdir(a.data_dir) if os.path.isdir(a.data_dir)):
         subprocess.run([sys.executable, os.path.join(here, "make_digits.py"), str(a.rows),
                         a.data_dir, "--file-rows", "500000"], check=True)

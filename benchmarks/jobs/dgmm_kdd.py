@@ -22,7 +22,7 @@ iterations × N × M; MiniBatchKMeans' steps × batch × M.  Wall clock: each me
 except k-means' seeding (shown apart), against Lloyd's 12-ish iterations (``÷ Lloyd``: how many
 times faster); D-GMM's seeding is in its wall and shown apart in ``seed s``.
 
-    python benchmarks/bench_dgmm_kdd.py [--seeds 5] [--trials 0] [--skip-peers]
+    python benchmarks/bench_dgmm.py kdd [--seeds 5] [--trials 0] [--skip-peers]
 """
 import argparse
 import os
@@ -31,7 +31,7 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # _common, jobs
 from _common import SHARED_DATA, median, table  # noqa: E402
 
 import streamclust  # noqa: E402
