@@ -157,3 +157,6 @@ def test_every_relative_link_in_the_docs_resolves_and_the_architecture_page_is_s
     assert not broken, "links that do not resolve:\n" + "\n".join(broken)
     size = len(open(os.path.join(ROOT, "docs", "architecture.md")).read().encode())
     assert size <= 20 * 1024, f"docs/architecture.md is {size} bytes (≤ 20 KB)"
+    size = len(open(os.path.join(ROOT, "docs", "benchmarks.md")).read().encode())
+    assert size <= 15 * 1024, f"docs/benchmarks.md is {size} bytes (≤ 15 KB: current figures " \
+        "and their commands; earlier runs go to the git log)"

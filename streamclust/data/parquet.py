@@ -19,7 +19,7 @@ PARQUET_EXT = (".parquet", ".parq", ".pq")
 MIN_READAHEAD_BATCH = 1024
 
 
-# measured 2026-11-29 on 1M x 384 (benchmarks.md, the feature cache pass): 13.6 s against 2.6
+# measured 2026-11-29 on 1M x 384 (`bench_io.py cache`; the run is in docs/benchmarks.md's git log): 13.6 s against 2.6
 DICT_HALF_SLOWER = "about 5x"
 #: float16 values below which the note is not worth a line (~1 s of dictionary decoding)
 DICT_HALF_MIN_VALUES = 1 << 24
