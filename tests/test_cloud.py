@@ -20,9 +20,8 @@ from conftest import write_parquet_dir
 pytest.importorskip("distributed", reason="the Dask tests need streamclust[dask]")
 pytest.importorskip("moto.server", reason="the S3 server of the tests: pip install 'moto[server]'")
 _WHY = can_hide()
-pytestmark = [pytest.mark.xdist_group("cloud"),  # one S3 server and cluster for the module
-              pytest.mark.skipif(_WHY is not None, reason=f"workers in their own mount namespaces "
-                                 f"(root): {_WHY}")]
+pytestmark = pytest.mark.skipif(_WHY is not None, reason=f"workers in their own mount namespaces "
+                                f"(root): {_WHY}")
 
 # algorithm: (its arguments, exact on Dask: labels equal; else NMI to the local fit's)
 FITS = {
