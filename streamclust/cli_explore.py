@@ -89,16 +89,24 @@ def sweep(data, algorithm, ks, sample, seeds, features, exclude, scale, metric, 
 @click.option("--workers", type=click.IntRange(1, 10_000), default=None, help="Workers of --scheduler local (default 2).")
 @click.option("--reference-rows", type=click.IntRange(0, 2**40), default=0, show_default=True,
               help="Search each row's neighbours among a uniform sample of this many rows (0: all rows).")
+@click.option("--edges", default=None, metavar="FILE",
+              help="Also write the graph as a Parquet edge list (src, dst, distance; rows by their "
+                   "position in DATA) for other tools.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --edges file.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars (shown on a terminal).")
 @threads_option
 @where_option
 def graph(data, neighbors, features, exclude, scale, metric, cache_dtype, out, cell_rows, ef, degree, m, batch_size,
-          scheduler, workers, memory_limit, reference_rows, quiet):
-    """Build the kNN graph of DATA (ids N×k int64, distances N×k float32) into --out."""
+          scheduler, workers, memory_limit, reference_rows, edges, overwrite, quiet):
+    """Build the kNN graph of DATA (ids N×k int64, distances N×k float32) into --out; with
+    --edges, also as a Parquet edge list.  In Python: streamclust.load_graph(OUT)."""
     import os
     import time
     from .base.progress import enabled
     from .graph.knn import KNN_DIR, knn_graph
+    from .graph.result import check_edges_path
+    if edges is not None:
+        check_edges_path(edges, overwrite)  # before the first pass
     t = time.perf_counter()
     executor = dask_executor(scheduler, workers)
     try:
@@ -119,6 +127,8 @@ def graph(data, neighbors, features, exclude, scale, metric, cache_dtype, out, c
             executor.close()
     click.echo(f"{len(g.ids)} rows × {g.n_neighbors} neighbours in {time.perf_counter() - t:.2f} s "
                f"-> {os.path.join(out, KNN_DIR)}")
+    if edges is not None:
+        click.echo(f"{g.write_edges(edges, overwrite)} edges -> {edges}")
 
 
 @click.command()

@@ -28,7 +28,6 @@ import os
 import shutil
 import tempfile
 import warnings
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -41,12 +40,13 @@ from ..base.threads import limit_blas, n_threads
 from .build import BuildState, extend_build, full_build
 from .cellbuild import PROBE_MIN_WIDTH, WIDEST
 from .index import KNNIndex
-from .files import cell_path, reference_path, remove_scratch
+from .result import GRAPH_DIR, KNNGraph
+from .files import cell_path, remove_scratch
 from .hnsw import hnsw_cell
 from ..data.sources import open_data
 from ..data.transforms import row_transform
 
-KNN_DIR = "knn"
+KNN_DIR = GRAPH_DIR
 META = "knn.json"
 #: settings that must match for a graph to be reused or extended
 _KEY = ("n_features", "k", "degree", "max_candidates", "entries", "ef", "cell_rows",
@@ -58,60 +58,6 @@ _LAYOUT = "cells-2"  # graphs of earlier layouts (hnswlib-built cells, shards) a
 def query_ef(ef: int, k: int) -> int:
     """hnswlib needs ef >= the k it is asked for (k + 1: the row itself comes back)."""
     return max(ef or 24, 2 * k + 2)
-
-
-@dataclass
-class KNNGraph:
-    """Row-aligned kNN graph: ``ids[i]`` are the k nearest other rows of row i, nearest first.
-    ``status`` says how the last call got it: ``built``, ``appended`` or ``reused``.
-    ``reference``: with ``reference_rows`` the sorted ids of the sample every row's neighbours
-    were searched among (a sampled row's neighbours are other sampled rows); else ``None``."""
-
-    ids: np.ndarray
-    distances: np.ndarray
-    status: str = "built"
-    reference: np.ndarray | None = None
-
-    @property
-    def n_neighbors(self) -> int:
-        return self.ids.shape[1]
-
-    def iter_batches(self, batch_size: int):
-        """``(start, ids, distances)`` for consecutive row ranges."""
-        for s in range(0, len(self.ids), batch_size):
-            yield s, self.ids[s:s + batch_size], self.distances[s:s + batch_size]
-
-    def adjacency(self, weights: str = "binary"):
-        """The directed kNN graph as a CSR matrix A (``binary``: 1; ``distance``: the distance)."""
-        from scipy.sparse import csr_matrix
-        n, k = self.ids.shape
-        data = np.ones(n * k) if weights == "binary" else self.distances.astype(np.float64).ravel()
-        return csr_matrix((data, np.asarray(self.ids).ravel(), np.arange(0, n * k + 1, k)),
-                          shape=(n, n))
-
-    def symmetric(self, weights: str = "binary"):
-        """W = (A + Aᵀ) / 2, as SLK uses it."""
-        A = self.adjacency(weights)
-        return ((A + A.T) * 0.5).tocsr()
-
-    def save(self, directory: str) -> None:
-        os.makedirs(directory, exist_ok=True)
-        for name, arr in (("ids", self.ids), ("distances", self.distances)):
-            atomic_save_npy(os.path.join(directory, f"graph_{name}.npy"), arr)
-
-    @classmethod
-    def load(cls, directory: str) -> "KNNGraph":
-        paths = [os.path.join(directory, f"graph_{n}.npy") for n in ("ids", "distances")]
-        for p in paths:
-            if not os.path.exists(p):
-                raise DataError(f"{directory}: no kNN graph here ({os.path.basename(p)} missing)")
-        ids, dist = (np.load(p, mmap_mode="r", allow_pickle=False) for p in paths)
-        if ids.shape != dist.shape or ids.ndim != 2:
-            raise DataError(f"{directory}: graph arrays disagree ({ids.shape} vs {dist.shape})")
-        ref = None
-        if os.path.exists(reference_path(directory)):
-            ref = np.load(reference_path(directory), allow_pickle=False)
-        return cls(ids, dist, "reused", ref)
 
 
 def rows_hash(X, stop: int, batch_size: int = 65536, more: int = 0):
