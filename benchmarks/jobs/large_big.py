@@ -1,7 +1,7 @@
 """A fit bigger than the machine's memory, repeatable: D-GMM on ≥ 100M generated rows × 64.
 
 Generates ``--rows`` rows (default 100M: 25.6 GB of float32, more than 23 GB of RAM) of blobs
-around ``--clusters`` centres as Parquet files of 500 000 rows (``bench_memory.write_data``),
+around ``--clusters`` centres as Parquet files of 500 000 rows (``_common.write_data``),
 then fits D-GMM from the CLI with its progress bar:
 
     streamclust fit DATA -a dgmm -k 50 -f embedding --max-epochs 4 --set tol=1e-9 --work-dir W
