@@ -13,7 +13,12 @@ and the wall clock every 5 ms.  Over each interval the process kept ``busy = ΔC
 cores busy.  With ``T`` threads, an interval of which a share ``s`` ran one thread while the
 others waited and the rest ran all ``T`` has ``busy = s + (1 − s) T``, so
 ``s = (T − busy) / (T − 1)``, at most 1 (time with less than one core busy, waits on disk or
-on a lock, counts as serial: more cores do not shorten it).  ``s`` is not clipped at 0: the
+on a lock, counts as serial: more cores do not shorten it).  The children run with
+``OMP_WAIT_POLICY=PASSIVE`` (``--omp-wait spin``: OpenMP's default): numba's OpenMP threads
+otherwise spin for milliseconds after each parallel region and read as busy, so a part of many
+small regions read as parallel (D-GMM's seeding at 2 threads: 15 % serial spinning, 82 %
+passive, 2026-12-05).  Passive waiting adds the threads' wake-ups to the wall time of such parts
+(the seeding 2.9 → 6.9 s), which is itself what they would cost on more cores.  ``s`` is not clipped at 0: the
 two clocks are not read at one instant, and an interval read as busier than ``T`` cores
 balances its neighbour read as less busy (clipped, a fully parallel kernel read as ~15 %
 serial).  A phase's serial seconds are ``Σ s · Δwall`` over its intervals, i.e.
@@ -38,7 +43,7 @@ Jobs (``--jobs``; data made once in ``--dir``, reused):
 
     python benchmarks/bench_cores.py [--threads 1,2] [--jobs cache,dgmm,graph,slk,ncutemb,infex,ism]
         [--emb-rows 1000000] [--digit-rows 1000000] [--dir DIR] [--repeat 1] [--json OUT]
-        [--cache-dtype float32|float16]
+        [--cache-dtype float32|float16] [--omp-wait passive|spin]
 """
 import argparse
 import json
@@ -234,6 +239,9 @@ def main():
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--json", default=None, help="write the rows here too")
     ap.add_argument("--cache-dtype", default="float32", choices=["float32", "float16"])
+    ap.add_argument("--omp-wait", default="passive", choices=["passive", "spin"],
+                    help="how idle OpenMP threads wait in the children (spin: OpenMP's default, "
+                         "read as busy by the sampler)")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
@@ -241,6 +249,11 @@ def main():
         print(json.dumps(run_job(job, int(T), d)))
         return
     os.environ["BENCH_CORES_CACHE_DTYPE"] = a.cache_dtype  # (the children read it)
+    if a.omp_wait == "passive":
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    else:
+        os.environ.pop("OMP_WAIT_POLICY", None)
+    print(f"# idle OpenMP threads: {a.omp_wait} (--omp-wait)")
     threads = [int(t) for t in a.threads.split(",")]
     jobs = [j for j in a.jobs.split(",") if j]
     bad = set(jobs) - set(JOBS)
