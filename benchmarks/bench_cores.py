@@ -13,12 +13,13 @@ and the wall clock every 5 ms.  Over each interval the process kept ``busy = ΔC
 cores busy.  With ``T`` threads, an interval of which a share ``s`` ran one thread while the
 others waited and the rest ran all ``T`` has ``busy = s + (1 − s) T``, so
 ``s = (T − busy) / (T − 1)``, at most 1 (time with less than one core busy, waits on disk or
-on a lock, counts as serial: more cores do not shorten it).  The children run with
-``OMP_WAIT_POLICY=PASSIVE`` (``--omp-wait spin``: OpenMP's default): numba's OpenMP threads
-otherwise spin for milliseconds after each parallel region and read as busy, so a part of many
-small regions read as parallel (D-GMM's seeding at 2 threads: 15 % serial spinning, 82 %
-passive, 2026-12-05).  Passive waiting adds the threads' wake-ups to the wall time of such parts
-(the seeding 2.9 → 6.9 s), which is itself what they would cost on more cores.  ``s`` is not clipped at 0: the
+on a lock, counts as serial: more cores do not shorten it).  Numba's OpenMP threads spin
+for milliseconds after each parallel region (OpenMP's default, what a fit runs with) and read as
+busy, so a part made of many small regions reads as parallel when it is not.  ``--omp-wait
+passive`` runs the children with ``OMP_WAIT_POLICY=PASSIVE``: idle threads sleep and read as
+idle, but waking them adds its own cost to such parts (D-GMM's greedy seeding at 2 threads,
+2026-12-05: 2.9 s, 15 % serial spinning; 6.4 s, 83 % passive; 4.7 s on one thread).  The two
+bound a part's serial share from below and above.  ``s`` is not clipped at 0: the
 two clocks are not read at one instant, and an interval read as busier than ``T`` cores
 balances its neighbour read as less busy (clipped, a fully parallel kernel read as ~15 %
 serial).  A phase's serial seconds are ``Σ s · Δwall`` over its intervals, i.e.
@@ -43,7 +44,7 @@ Jobs (``--jobs``; data made once in ``--dir``, reused):
 
     python benchmarks/bench_cores.py [--threads 1,2] [--jobs cache,dgmm,graph,slk,ncutemb,infex,ism]
         [--emb-rows 1000000] [--digit-rows 1000000] [--dir DIR] [--repeat 1] [--json OUT]
-        [--cache-dtype float32|float16] [--omp-wait passive|spin]
+        [--cache-dtype float32|float16] [--omp-wait spin|passive]
 """
 import argparse
 import json
@@ -239,9 +240,9 @@ def main():
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--json", default=None, help="write the rows here too")
     ap.add_argument("--cache-dtype", default="float32", choices=["float32", "float16"])
-    ap.add_argument("--omp-wait", default="passive", choices=["passive", "spin"],
+    ap.add_argument("--omp-wait", default="spin", choices=["spin", "passive"],
                     help="how idle OpenMP threads wait in the children (spin: OpenMP's default, "
-                         "read as busy by the sampler)")
+                         "read as busy by the sampler; passive: asleep, woken at a cost)")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
