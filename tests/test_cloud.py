@@ -354,6 +354,27 @@ def test_local_input_the_workers_cannot_read_is_one_line_naming_the_file(cloud, 
                         work_dir=str(tmp_path / "w"), executor=_executor(cloud))
 
 
+def _two_files(cloud, tmp_path, key):
+    """The first two of the data's three files in a local folder and on S3 under ``key``:
+    (the folder, its URI)."""
+    import shutil
+    local = cloud.data[2]
+    grow = tmp_path / "grow"
+    grow.mkdir()
+    for f in sorted(os.listdir(local))[:2]:
+        shutil.copy(os.path.join(local, f), grow / f)
+    return grow, cloud.put_dir(str(grow), key)
+
+
+def _third_file(cloud, grow, key):
+    """The third file added to ``grow`` and its S3 copy; returns the URI."""
+    import shutil
+    local = cloud.data[2]
+    third = sorted(os.listdir(local))[2]
+    shutil.copy(os.path.join(local, third), grow / third)
+    return cloud.put_dir(str(grow), key, [third])
+
+
 @pytest.mark.parametrize("algorithm, scale", [("dgmm", "none"), ("dgmm", "standard"),
                                                ("ism", "none"), ("slk", "none"),
                                                ("slk", "minmax"), ("ncutemb", "none")])
@@ -362,21 +383,14 @@ def test_an_update_without_a_shared_work_directory_equals_a_local_update(cloud, 
     """Two files fitted, a third arrives: the update from S3 on workers that cannot see the
     work directory gives the local update's labels and cluster ids (a scaled fit's update
     scales the new rows as the fit did)."""
-    import shutil
-    X, _, local, _ = cloud.data
-    files = sorted(os.listdir(local))
-    grow = tmp_path / "grow"
-    grow.mkdir()
-    for f in files[:2]:
-        shutil.copy(os.path.join(local, f), grow / f)
+    X = cloud.data[0]
     kw = dict(features="embedding", progress=False, batch_size=2000, seed=0, scale=scale,
               **FITS.get(algorithm, GRAPH_FITS.get(algorithm, {})))
     key = f"grow-{algorithm}-{scale}"
-    uri = cloud.put_dir(str(grow), key)
+    grow, uri = _two_files(cloud, tmp_path, key)
     streamclust.fit(str(grow), algorithm, 6, work_dir=str(tmp_path / "wl"), **kw)
     streamclust.fit(uri, algorithm, 6, work_dir=str(tmp_path / "wc"), executor=_executor(cloud), **kw)
-    shutil.copy(os.path.join(local, files[2]), grow / files[2])
-    uri = cloud.put_dir(str(grow), key, [files[2]])
+    uri = _third_file(cloud, grow, key)
     want = streamclust.update(str(grow), str(tmp_path / "wl"), progress=False)
     got = streamclust.update(uri, str(tmp_path / "wc"), progress=False, executor=_executor(cloud))
     assert got.info["worker_cache"] == "local" and got.info["update"]["rows_added"] > 0
@@ -390,22 +404,15 @@ def test_an_update_then_a_fit_on_one_executor_equal_local_runs_and_leave_no_shar
     Now one path, and a shared-nothing run's executor of its own (ended by the engine): after
     the update and after a fit on the same executor, both equal to their local runs, no share
     is left."""
-    import shutil
-    X, _, local, _ = cloud.data
-    files = sorted(os.listdir(local))
-    grow = tmp_path / "grow"
-    grow.mkdir()
-    for f in files[:2]:
-        shutil.copy(os.path.join(local, f), grow / f)
+    X = cloud.data[0]
     kw = dict(features="embedding", progress=False, batch_size=2000, seed=0, **FITS["dgmm"])
-    uri = cloud.put_dir(str(grow), "one-executor")
+    grow, uri = _two_files(cloud, tmp_path, "one-executor")
     ex = _executor(cloud)
     before = _share_paths(cloud)  # (a killed run of another test keeps its shares, for resume)
     streamclust.fit(str(grow), "dgmm", 6, work_dir=str(tmp_path / "wl"), **kw)
     streamclust.fit(uri, "dgmm", 6, work_dir=str(tmp_path / "wc"), executor=ex, **kw)
     assert _share_paths(cloud) == before
-    shutil.copy(os.path.join(local, files[2]), grow / files[2])
-    uri = cloud.put_dir(str(grow), "one-executor", [files[2]])
+    uri = _third_file(cloud, grow, "one-executor")
     want = streamclust.update(str(grow), str(tmp_path / "wl"), progress=False)
     got = streamclust.update(uri, str(tmp_path / "wc"), progress=False, executor=ex)
     assert got.info["worker_cache"] == "local"

@@ -47,20 +47,18 @@ def _modules() -> dict:
 
 
 def imports_of(module: str, path: str, modules) -> set:
-    """The package's modules that ``module`` imports anywhere in its file."""
+    """Of ``modules``, those that ``module`` imports anywhere in its file."""
     package = module if path.endswith("__init__.py") else module.rsplit(".", 1)[0]
     found = set()
     for node in ast.walk(ast.parse(open(path).read(), path)):
         if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.split(".")[0] == "streamclust"}
+            found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - node.level + 1]
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
-            if target.split(".")[0] != "streamclust":
-                continue
             for a in node.names:  # `from . import checkpoint` imports the module checkpoint
                 sub = f"{target}.{a.name}"
                 found.add(sub if sub in modules else target)
@@ -155,19 +153,10 @@ def _plugin_modules() -> dict:
 
 
 def plugin_imports_of(module: str, path: str, modules) -> set:
-    """The plugin's own modules that ``module`` imports anywhere in its file."""
+    """The plugin's own modules that ``module`` imports (its package's ``__init__`` left out:
+    ``from . import name`` of a name it defines is no import of a module)."""
     package = module if path.endswith("__init__.py") else module.rsplit(".", 1)[0]
-    found = set()
-    for node in ast.walk(ast.parse(open(path).read(), path)):
-        if isinstance(node, ast.ImportFrom):
-            target = (package if node.level else "") + (
-                ("." if node.level and node.module else "") + (node.module or ""))
-            for a in node.names:
-                sub = f"{target}.{a.name}"
-                found.add(sub if sub in modules else target)
-        elif isinstance(node, ast.Import):
-            found |= {a.name for a in node.names}
-    return {m for m in found if m in modules and m != module and m != package}
+    return imports_of(module, path, modules) - {package}
 
 
 def test_no_plugin_module_imports_another_that_imports_it_back():

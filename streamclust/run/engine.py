@@ -83,7 +83,9 @@ def _graph(cache, req, work_dir, executor, seed, batch_size, show, knn_options):
 
 def _prepare(algo, req, d, work_dir, executor, stack, opts) -> _State:
     """Feature cache, kNN graph and the declared summaries; the context and the run record.
-    ``req``: the algorithm's requirements, ``opts["plan"]`` the memory plan (:func:`_budget`)."""
+    ``req``: the algorithm's requirements, ``opts["plan"]`` the memory plan
+    (:func:`~streamclust.run.setup.plan_run`); the run's executor (``executor.begin_run``) is
+    ended on ``stack``."""
     show = opts["show"]
     cache_dtype = opts.get("cache_dtype", "float32")
     if cache_dtype != "float32" and req.random_rows:

@@ -17,7 +17,7 @@ import uuid
 
 from ..errors import ParameterError
 from . import held, shard_tasks
-from .executor import LocalExecutor
+from .executor import LocalExecutor, merge_sum
 from .shard_passes import aggregate, gather_pinned
 from .shards import ShardedCache
 
@@ -63,11 +63,9 @@ class SharedNothingExecutor:
         return self.dask.map(fn, items, sizes=sizes, progress=progress)
 
     # the passes
-    def aggregate(self, step, data, params, *, state=(), merge=None, batch_size: int = 65536,
+    def aggregate(self, step, data, params, *, state=(), merge=merge_sum, batch_size: int = 65536,
                   progress=None):
-        from .executor import merge_sum
-        return aggregate(self, step, data, params, state, merge or merge_sum, batch_size,
-                         progress)
+        return aggregate(self, step, data, params, state, merge, batch_size, progress)
 
     def scan(self, step, data, carry, params, *, blocks, state=(), combine=None, progress=None):
         """The ordered pass visits rows of every worker in each share of its order: on the
