@@ -30,6 +30,10 @@ POOL_BLOCK = 512
 #: 1 000 centres are 16 parallel parts (as blocks of 512 they were 2, and 14 of 16 threads
 #: waited), fixed so that the products, and so the centres, do not depend on the thread count
 CENTRE_BLOCK = 64
+#: chain draws of one such product: a centre's 1 000 draws are 16 parts even while fewer than
+#: 64 centres are chosen (with centre blocks alone the first 64 centres ran on one thread and
+#: 1 000 centres made 16 parts for any number of threads); fixed, as ``CENTRE_BLOCK``
+DRAW_BLOCK = 64
 #: a squared distance below this share of ‖x‖² + ‖c‖² is computed directly: the float32
 #: product's rounding (~1e-6 of it) would be a large part of it (a row's distance to itself)
 NEAR_CANCEL = 1e-3
@@ -170,20 +174,27 @@ def greedy_afkmc2(C, cands, pool, m, trials):
 
 @nb.njit(cache=True, parallel=True)
 def _nearest_gemm(Y, yn, Cs, cn, out):
-    """``out[a] = min_c ‖Y_a − Cs_c‖²`` from float32 products with blocks of ``CENTRE_BLOCK``
-    centres in parallel (``yn``, ``cn``: the rows' squared norms; :func:`_product_sqdist`)."""
-    nb_ = (Cs.shape[0] + CENTRE_BLOCK - 1) // CENTRE_BLOCK
-    part = np.empty((nb_, Y.shape[0]))
-    for b in nb.prange(nb_):
+    """``out[a] = min_c ‖Y_a − Cs_c‖²`` from float32 products of tiles of ``DRAW_BLOCK`` draws
+    × ``CENTRE_BLOCK`` centres in parallel (``yn``, ``cn``: the rows' squared norms;
+    :func:`_product_sqdist`)."""
+    nc = (Cs.shape[0] + CENTRE_BLOCK - 1) // CENTRE_BLOCK
+    ny = (Y.shape[0] + DRAW_BLOCK - 1) // DRAW_BLOCK
+    part = np.empty((nc, Y.shape[0]))
+    for t in nb.prange(nc * ny):
+        b, a0 = t // ny, (t % ny) * DRAW_BLOCK
         lo, hi = b * CENTRE_BLOCK, min(Cs.shape[0], (b + 1) * CENTRE_BLOCK)
-        G = np.dot(Y, Cs[lo:hi].T)
-        for a in range(Y.shape[0]):
+        a1 = min(Y.shape[0], a0 + DRAW_BLOCK)
+        G = np.dot(Y[a0:a1], Cs[lo:hi].T)
+        for a in range(a0, a1):
             best = np.inf
             for c in range(lo, hi):
-                best = min(best, _product_sqdist(yn[a], cn[c], G[a, c - lo], Y[a], Cs[c]))
+                best = min(best, _product_sqdist(yn[a], cn[c], G[a - a0, c - lo], Y[a], Cs[c]))
             part[b, a] = best
-    for a in range(Y.shape[0]):
-        out[a] = part[:, a].min()
+    for a in nb.prange(Y.shape[0]):
+        best = np.inf
+        for b in range(nc):
+            best = min(best, part[b, a])
+        out[a] = best
 
 
 @nb.njit(cache=True, parallel=True)
