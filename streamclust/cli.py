@@ -101,7 +101,7 @@ def main(ctx, verbose, log_level):
                    "filesystem), 'local' each its share on its own disk, read from DATA (object "
                    "storage); 'auto': 'local' when a worker cannot open --work-dir.")
 @click.option("--resume", is_flag=True,
-              help="Continue the run whose checkpoint is in --work-dir (written after every epoch).")
+              help="Continue the run whose checkpoint is in --work-dir (written after epochs).")
 @click.option("--out", "-o", required=True, help="Model directory to write.")
 @click.option("--overwrite", is_flag=True, help="Replace the model in an existing --out.")
 @json_option

@@ -45,6 +45,41 @@ def test_resume_after_a_stop_equals_an_uninterrupted_fit(tmp_path):
         [round(h["objective"], 9) for h in full.history]
 
 
+def test_checkpoints_are_spaced_by_their_cost_and_a_resume_from_any_of_them_is_the_same_fit(
+        tmp_path, monkeypatch):
+    """Spaced far apart, a run writes the checkpoints of its first and last epochs only (after
+    every epoch when spaced by 0); a SIGKILL-like loss of the epochs after the first checkpoint
+    then resumes from epoch 1 and still ends in the uninterrupted fit."""
+    import shutil
+    from streamclust.run import checkpoint as ck
+    from streamclust.run import engine
+    data = _data(tmp_path)
+    kw = dict(features="embedding", batch_size=700, progress=False, **DGMM)
+    full = streamclust.fit(data, "dgmm", 12, max_epochs=8, **kw)
+    written = []
+    real = ck.write
+    monkeypatch.setattr(ck, "write", lambda wd, ident, epoch, *a: (written.append(epoch),
+                                                                    real(wd, ident, epoch, *a)))
+    for spacing, expect in ((0, [1, 2, 3, 4, 5]), (1e9, [1, 5])):
+        monkeypatch.setattr(engine, "CHECKPOINT_SPACING", spacing)
+        written.clear()
+        streamclust.fit(data, "dgmm", 12, max_epochs=5, work_dir=str(tmp_path / f"w{spacing}"), **kw)
+        assert written == expect
+    # a run killed after its fourth epoch: its last checkpoint is the first epoch's
+    work = str(tmp_path / "killed")
+    streamclust.fit(data, "dgmm", 12, max_epochs=1, work_dir=work, **kw)
+    saved = str(tmp_path / "first")
+    shutil.copytree(os.path.join(work, "checkpoint"), saved)
+    streamclust.fit(data, "dgmm", 12, max_epochs=4, work_dir=work, resume=True, **kw)
+    shutil.rmtree(os.path.join(work, "checkpoint"))
+    shutil.copytree(saved, os.path.join(work, "checkpoint"))
+    done = streamclust.fit(data, "dgmm", 12, max_epochs=8, work_dir=work, resume=True, **kw)
+    assert done.info["resumed_from_epoch"] == 1
+    np.testing.assert_allclose(done.means_, full.means_, rtol=1e-6)
+    assert [round(h["objective"], 9) for h in done.history] == \
+        [round(h["objective"], 9) for h in full.history]
+
+
 def test_a_checkpoint_of_another_run_is_refused(tmp_path):
     data = _data(tmp_path, 1000)
     work = str(tmp_path / "w")

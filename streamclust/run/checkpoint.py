@@ -1,7 +1,8 @@
 """Checkpoints of a fit in its work directory (the lock that keeps one run per directory is
 :mod:`streamclust.base.workdir`).
 
-After every epoch the engine writes ``<work_dir>/checkpoint/``: ``checkpoint.json`` (epoch count,
+After an epoch (the first and last of a run, and others spaced by their cost:
+``engine.CHECKPOINT_SPACING``) the engine writes ``<work_dir>/checkpoint/``: ``checkpoint.json`` (epoch count,
 history, what identifies the run), ``arrays.npz`` (the algorithm's arrays, ``allow_pickle=False``)
 and a copy of every row-state file (``state_*.npy``), which epochs change in place; the size
 and sha256 of each file are in ``checkpoint.json`` and checked before a resume uses any of them.  The
@@ -57,7 +58,7 @@ def write(work_dir: str, identity: dict, epoch: int, history: list, extra: dict,
     done by a thread while the next epoch runs (1M × 5 row state: 30 ms an epoch → 10 ms).
     :func:`wait` (and so :func:`find`) waits for it; until then the previous checkpoint is the
     complete one.  The engine waits at the end of that epoch, before its hook: what a hook of
-    epoch e sees on disk is the checkpoint of epoch e − 1, as when it was written in place."""
+    epoch e sees on disk is the checkpoint written before epoch e."""
     wait(work_dir)
     tmp = os.path.join(work_dir, CKPT + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)

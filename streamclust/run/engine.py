@@ -56,6 +56,15 @@ class _State:
     info: dict
     since: int = 0  # the first history record of this run (an update's records follow the fit's)
     owned: bool = False  # the work directory is the run's own (temporary)
+    # when the last checkpoint was written (perf_counter) and what writing it cost in seconds
+    written: tuple = (0.0, 0.0)
+
+
+#: an epoch's checkpoint is written once the fit has run this many times the last one's cost
+#: since it was (its copies in the foreground: the row state grows with N while an epoch
+#: shrinks with the cores), so checkpoints take at most ~2 % of a fit; the first and last
+#: epochs of a run always write one
+CHECKPOINT_SPACING = 50
 
 
 def _bar(show: bool, **kw):
@@ -167,8 +176,10 @@ def resume_from(st: _State, found: str) -> dict:
     return meta
 
 
-def _epoch(st: _State, epoch: int, host) -> bool:
-    """Run one epoch, record it, call the hook, write the checkpoint; True when converged."""
+def _epoch(st: _State, epoch: int, host, last: bool = False) -> bool:
+    """Run one epoch, record it, call the hook, write the checkpoint when due (the first and
+    ``last`` epochs of a run, a converged or stopped one, else at most every
+    ``CHECKPOINT_SPACING`` times the last one's cost); True when converged or stopped."""
     algo, ctx, run = st.algo, st.ctx, st.run
     ctx.epoch = epoch
     before = ctx.distance_evaluations
@@ -185,12 +196,17 @@ def _epoch(st: _State, epoch: int, host) -> bool:
     log.debug("epoch %d: objective %.6g, %.3f s%s", epoch, record["objective"], record["seconds"],
               ", converged" if record["converged"] else "")
     host.hook.streamclust_epoch_finished(run=run, report=record)
-    if st.checkpoints:
+    done = bool(rep.converged) or "stopped" in record
+    at, cost = st.written
+    if st.checkpoints and (done or last or not at or
+                           time.perf_counter() - at >= CHECKPOINT_SPACING * cost):
+        t = time.perf_counter()
         checkpoint.write(ctx.work_dir, st.identity, epoch + 1, run.history,
                          {"start": st.info["start"], "distance_evaluations": ctx.distance_evaluations,
                           "since": st.since},
                          algo.checkpoint())
-    return bool(rep.converged) or "stopped" in record
+        st.written = (time.perf_counter(), time.perf_counter() - t)
+    return done
 
 
 def _loop(st: _State, first: int, max_epochs: int, host) -> bool:
@@ -203,7 +219,7 @@ def _loop(st: _State, first: int, max_epochs: int, host) -> bool:
             _bar(st.show, total=max_epochs, initial=first, unit="epoch", desc=st.algo.name) as bar:
         for epoch in range(first, max_epochs):
             check()
-            done = _epoch(st, epoch, host)
+            done = _epoch(st, epoch, host, last=epoch == max_epochs - 1)
             bar.set_postfix(objective=f"{st.run.history[-1]['objective']:.6g}")
             bar.update(1)
             if done:
@@ -340,8 +356,8 @@ def fit(data, algorithm: str = "dgmm", n_clusters: int | None = None, *, feature
     :class:`~streamclust.run.executor.LocalExecutor`); ``client``: a ``distributed.Client``, shorthand
     for ``executor=DaskExecutor(client)``.  ``knn_options``: settings of the kNN graph for algorithms
     that need one (see :func:`streamclust.graph.knn.build_graph`).  ``params`` are the algorithm's
-    hyper-parameters.  With a ``work_dir``, a checkpoint is written there after every epoch
-    (algorithms that support it) and ``resume=True`` continues from it; a work directory is used
+    hyper-parameters.  With a ``work_dir``, a checkpoint is written there after epochs
+    (algorithms that support it; ``CHECKPOINT_SPACING``) and ``resume=True`` continues from it; a work directory is used
     by one run at a time.  ``scale``: ``none`` (default), ``standard`` or ``minmax``: statistics
     from the cache pass, applied to the cache, stored in the model and applied by ``predict``
     (see :mod:`streamclust.data.scaling`).  ``metric``: ``euclidean`` (default) or ``cosine``:
