@@ -223,19 +223,39 @@ def probe_pairs(X, assigned, radius, start: int, stop: int, centres, batch_size:
     width = max_probes if 0 < max_probes < len(centres) else len(centres) - 1
     step = _step(batch_size, len(centres))
 
+    def one(s):
+        e = min(stop, s + step)
+        Xb = np.asarray(X[s:e], dtype=np.float32)
+        r = np.asarray(radius(s, e), dtype=np.float32)
+        cells = np.empty((e - s, width), np.int32)
+        _probes((Xb, Xb @ cents[0].T), (cents[1], cents[2], inv_gap),
+                (np.asarray(assigned[s:e], np.int64), ratio * r.astype(np.float64)), cells)
+        rows, col = np.nonzero(cells >= 0)
+        return rows.astype(np.int64) + s, cells[rows, col].astype(np.int64), np.square(r[rows])
+
     def gen():
-        if len(centres) == 1:
-            return
-        for s in range(start, stop, step):
-            e = min(stop, s + step)
-            Xb = np.asarray(X[s:e], dtype=np.float32)
-            r = np.asarray(radius(s, e), dtype=np.float32)
-            cells = np.empty((e - s, width), np.int32)
-            _probes((Xb, Xb @ cents[0].T), (cents[1], cents[2], inv_gap),
-                    (np.asarray(assigned[s:e], np.int64), ratio * r.astype(np.float64)), cells)
-            rows, col = np.nonzero(cells >= 0)
-            yield rows.astype(np.int64) + s, cells[rows, col].astype(np.int64), np.square(r[rows])
+        if len(centres) > 1:
+            yield from in_order(one, range(start, stop, step))
     return gen
+
+
+def in_order(fn, items):
+    """``fn(item)`` for each of ``items`` on the run's threads, yielded in the items' order, at
+    most twice as many ahead as there are threads (the planning's batches: their rows read, a
+    product and a nogil kernel each; one after another they were a serial part of the build)."""
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..base.threads import n_threads
+    nt = n_threads(-1)
+    with ThreadPoolExecutor(max_workers=nt) as pool:
+        pending: deque = deque()
+        for item in items:
+            pending.append(pool.submit(fn, item))
+            if len(pending) >= 2 * nt:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
 
 
 @njit(cache=True, nogil=True)
