@@ -73,7 +73,7 @@ def sweep(data, algorithm, ks, sample, seeds, features, exclude, scale, metric, 
               help="Rows per cell of the graph, on average (built by NN-descent; the cells "
                    "being built must fit in memory; 0: 50 000, or 100 000 for rows of over "
                    "128 values).")
-@click.option("--ef", type=click.IntRange(0, INT32), default=0, help="Query breadth (0: 24; never below 2k + 2).")
+@click.option("--ef", type=click.IntRange(0, INT32), default=0, help="Query breadth (0: 24; never below 2k + 2, nor, searching another cell, twice its lists' length).")
 @click.option("--degree", type=click.IntRange(0, 65_535), default=0, show_default=True,
               help="Length of a row's list while its cell is built by NN-descent (0: max(12, 1.2 k)).")
 @click.option("--M", "m", type=click.IntRange(2, 65_535), default=16, show_default=True,

@@ -166,6 +166,29 @@ def test_the_rows_hash_is_that_of_its_pieces_whatever_the_threads(tmp_path, monk
     assert json.load(open(meta_path))["rows_hash"] == knn.rows_hash(X.astype(np.float32), 1200)
 
 
+@pytest.mark.parametrize("degree,ef,expect", [(0, 0, 24), (30, 0, 60), (30, 80, 80)])
+def test_rows_of_other_cells_walk_a_cell_as_broadly_as_twice_its_lists(tmp_path, monkeypatch,
+                                                                        degree, ef, expect):
+    """Searches across a boundary keep max(ef, LIST_EF × the cell's list length): a cell built
+    with long lists (a cloud of many dimensions) is walked more broadly, one built with the
+    default 12 as before (ef 24), and a larger ef is kept; the graph still matches brute force."""
+    from streamclust.graph import searches
+    seen = []
+    real = searches.CellSearch
+
+    def spy(Xc, cell, settings, c, centres=None):
+        seen.append((cell[1].shape[1], settings["ef"]))
+        return real(Xc, cell, settings, c, centres)
+    monkeypatch.setattr(searches, "CellSearch", spy)
+    X, _ = make_blobs(n=2400, k=6, d=8, seed=4, spread=2.0)
+    X = X.astype(np.float32)
+    data = write_parquet_dir(str(tmp_path / "d"), X, files=2)
+    g = streamclust.knn_graph(data, 5, work_dir=str(tmp_path / "w"), features="embedding",
+                              cell_rows=400, degree=degree, ef=ef, threads=2)
+    assert seen and all(lists == (degree or 12) and e == expect for lists, e in seen)
+    assert _recall(g.ids, _exact(X, 5)[0]) >= 0.99
+
+
 def test_a_cell_outgrowing_twice_its_size_rebuilds(tmp_path):
     X, _ = make_blobs(n=3000, k=4, d=5, seed=2)
     X = X.astype(np.float32)
