@@ -240,9 +240,11 @@ def test_two_successive_updates_of_slk_and_d_gmm(tmp_path):
             assert (m.predict(X[:5000]) == fits[algo].predict(X[:5000])).mean() > 0.95, algo
 
 
-def test_ism_update_resumes_on_its_grown_sample_and_stops_at_update_rounds(tmp_path):
+def test_ism_update_resumes_on_its_grown_sample_and_stops_at_update_rounds(tmp_path, monkeypatch):
     """A killed ISM update resumes on the grown sample its checkpoint names (not the fit's
     ctx.sample()), and runs at most update_rounds rounds."""
+    from streamclust.run import engine
+    monkeypatch.setattr(engine, "CHECKPOINT_SPACING", 0)  # a checkpoint after every epoch
     X, y = make_blobs(n=3000, k=3, d=4, seed=23, spread=2.0)
     data = tmp_path / "data"
     data.mkdir()
