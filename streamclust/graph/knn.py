@@ -68,13 +68,12 @@ HASH_KIND = "b2p:"
 
 def _digests(X, ranges) -> dict:
     """blake2b of the rows of each ``(lo, hi)`` of ``ranges``, on the run's threads (hashlib
-    releases the GIL while it hashes)."""
-    from concurrent.futures import ThreadPoolExecutor
+    releases the GIL while it hashes; :func:`.cells.in_order`)."""
+    from .cells import in_order
 
     def one(r):
         return r, hashlib.blake2b(np.ascontiguousarray(X[r[0]:r[1]]).data, digest_size=16).digest()
-    with ThreadPoolExecutor(max_workers=n_threads(-1)) as pool:
-        return dict(pool.map(one, ranges))
+    return dict(in_order(one, ranges))
 
 
 def rows_hash(X, stop: int, more: int = 0):
