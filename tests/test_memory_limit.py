@@ -133,7 +133,8 @@ def test_slk_graph_is_counted_and_a_reference_sample_lowers_it(tmp_path):
     from streamclust.toolkit import nmi
     X, y = make_blobs(n=40_000, k=3, d=4, seed=3)
     limit = BASELINE + batch_bytes(4096, 4) + 12 * 2**20
-    kw = dict(memory_limit=limit, batch_size=4096, progress=False, n_init=1)
+    # ρ = 5 set: with n_neighbors=0 (from the data) the plan counts up to 50 neighbours a row
+    kw = dict(memory_limit=limit, batch_size=4096, progress=False, n_init=1, n_neighbors=5)
     work = tmp_path / "w"
     with pytest.raises(ParameterError, match="SLK's graph and z on 40000 rows.*lower reference_rows"):
         streamclust.fit(X, "slk", 3, reference_rows=0, work_dir=str(work), **kw)

@@ -22,6 +22,9 @@ rows) or, without labels, the lowest E.  With labels and a grid, ``grid_search="
 (default) runs the starts at the grid's first λ only and the other λ on the best start.
 
 Choices where the paper is silent:
+* ρ (``n_neighbors=0``): the paper's 5, or more where the rows' intrinsic dimension is high, the
+  extra neighbours from the graph's index (:mod:`streamclust_slk.neighbours`); a start that
+  empties a cluster is kept only when every start did.
 * σ² is the mean squared distance of every row to its ρ graph neighbours (the authors divide by
   ρ·N with ρ − 1 neighbours per row; not copied).
 * Initial modes: k-means++ seeds on a uniform sample of ``init_sample`` rows, the best of
@@ -49,6 +52,7 @@ from streamclust.toolkit import DataError, KNNIndex, ParameterError, readonly
 from . import kernels as kn
 from .passes import (bound_step, energy_step, jacobi, kernel_only_step, kernel_step,
                      label_step, meanshift_step, merge_labels, merge_nearest, nearest_row_step)
+from .neighbours import BASE_NEIGHBORS, MAX_NEIGHBORS, choose
 from .params import PARAMS, n_starts, parse_grid
 from .sample import SampleSolve
 from .starts import Starts
@@ -73,7 +77,7 @@ class SLK(Updates, Starts, Algorithm):
 
     def requirements(self) -> Requirements:
         cols = (self.hyper["validation_labels"],) if self.hyper["validation_labels"] else ()
-        return Requirements(knn=self.hyper["n_neighbors"], columns=cols,
+        return Requirements(knn=self.hyper["n_neighbors"] or BASE_NEIGHBORS, columns=cols,
                             transform="l2" if self.hyper["normalize"] else "",
                             knn_reference=self.hyper["reference_rows"])
 
@@ -82,11 +86,13 @@ class SLK(Updates, Starts, Algorithm):
         on (2ρ entries a row of 16 bytes, three times while it is symmetrised), with a
         reference sample that graph, the sample's A and two Z (3 L doubles a row) and the
         model's z of its rows; the labels of all rows (three int32 copies: the pass's, the best
-        run's, the model's)."""
+        run's, the model's).  ``n_neighbors=0`` counts the most the data can give a row
+        (``MAX_NEIGHBORS``)."""
         h, L = self.hyper, self.n_clusters
         m = h["reference_rows"] if 0 < h["reference_rows"] < n_rows else n_rows
-        graph = 3 * 2 * h["n_neighbors"] * 16 * m
-        return [(graph + m * L * (3 * 8 + 4), f"SLK's graph and z on {m} rows", "reference_rows"),
+        graph = 3 * 2 * (h["n_neighbors"] or MAX_NEIGHBORS) * 16 * m
+        return [(graph + m * L * (3 * 8 + 4), f"SLK's graph and z on {m} rows",
+                 "reference_rows" if h["n_neighbors"] else "reference_rows or set n_neighbors"),
                 (3 * 4 * n_rows, f"SLK's labels of {n_rows} rows", "the rows per fit")]
 
     # -- fit ------------------------------------------------------------------------------------
@@ -98,22 +104,25 @@ class SLK(Updates, Starts, Algorithm):
         self._run = -1
         self._next_run(ctx)
 
-    def _setup(self, ctx, existing: bool) -> None:
-        """Graph, σ², row state and validation rows (shared by ``start`` and ``restore``)."""
+    def _setup(self, ctx, existing: bool, rho=None) -> None:
+        """Graph, σ², row state and validation rows (shared by ``start`` and ``restore``);
+        ``rho``: the neighbour count of the run being restored (else chosen again)."""
         g = ctx.knn
         n, L = ctx.n_rows, self.n_clusters
-        if n <= self.hyper["n_neighbors"]:
-            raise DataError(f"{n} rows: SLK needs more rows than n_neighbors ({self.hyper['n_neighbors']})")
+        if n <= g.n_neighbors:
+            raise DataError(f"{n} rows: SLK needs more rows than n_neighbors ({g.n_neighbors})")
         # in memory: a reference sample's graph, or every row's up to reference_rows rows
         in_memory = g.reference is not None or (
             n <= self.hyper["reference_rows"] and bool((np.asarray(g.ids) >= 0).all()))
-        self._sample = SampleSolve(g) if in_memory else None
+        ref = None if not in_memory else (np.arange(n, dtype=np.int64) if g.reference is None
+                                          else np.asarray(g.reference, np.int64))
+        self.n_neighbors_, lists, self.intrinsic_dimension_, self.sigma2_ = choose(
+            ctx, g, ref, self.hyper["n_neighbors"], rho)
+        self._sample = SampleSolve(g, lists) if in_memory else None
         if self._sample is None:
             W = g.symmetric()
             self._graph = (W.indptr.astype(np.int64), W.indices.astype(np.int64),
                            W.data.astype(np.float64))
-        sq = sum(float(np.square(d.astype(np.float64)).sum()) for _, _, d in g.iter_batches(1 << 16))
-        self.sigma2_ = sq / g.distances.size
         if not self.sigma2_ > 0:
             hint = ("; with n_features = 1, normalize=True maps every row to ±1: set normalize=false"
                     if ctx.n_features == 1 and self.hyper["normalize"] else "")
@@ -162,16 +171,18 @@ class SLK(Updates, Starts, Algorithm):
               "cur": self._cur, "lam": self._lam, "E": list(self._E),
               "mode_ids": self.mode_ids_, "modes": self._modes, "init_keys": keys,
               "init_ids": np.array([self._inits[k] for k in keys], np.int64).reshape(len(keys), -1),
-              "best": None, "sigma2": self.sigma2_, "update_mode": self._update_mode}
+              "best": None, "sigma2": self.sigma2_, "update_mode": self._update_mode,
+              "n_neighbors": self.n_neighbors_}
         if self._best is not None:
             b = self._best
-            st["best"] = {"score": b["score"], "run": b["run"], "lambda": b["lambda"], "E": b["E"],
+            st["best"] = {"score": b["score"], "full": b.get("full", True), "run": b["run"],
+                          "lambda": b["lambda"], "E": b["E"],
                           "E_sample": b.get("E_sample")}
             st.update(best_mode_ids=b["mode_ids"], best_modes=b["modes"], best_labels=b["labels"])
         return st
 
     def restore(self, ctx, state: dict) -> None:
-        self._setup(ctx, existing=True)
+        self._setup(ctx, existing=True, rho=state.get("n_neighbors"))
         self._update_mode = str(state.get("update_mode", ""))
         if "sigma2" in state and self._update_mode:  # an update keeps the fit's kernel
             self.sigma2_ = float(state["sigma2"])
@@ -235,7 +246,9 @@ class SLK(Updates, Starts, Algorithm):
         extras = {"run": self._run, "lambda": self._lam, "init": self._runs[self._run][0],
                   "outer": outer, "bound_iterations": it, "bound_energy": float(bound),
                   "discrete_energy": E, "modes_moved": moved, "meanshift_iterations": ms_iter,
-                  "sigma2": self.sigma2_,
+                  "sigma2": self.sigma2_, "n_neighbors": self.n_neighbors_,
+                  "intrinsic_dimension": (round(self.intrinsic_dimension_, 2) if self.intrinsic_dimension_
+                                          and np.isfinite(self.intrinsic_dimension_) else None),
                   "sample_rows": self._sample.n_rows if self._sample is not None else ctx.n_rows,
                   "smallest_cluster": int(sizes.min()),
                   "empty_clusters": [int(l) for l in np.flatnonzero(sizes == 0)]}
@@ -276,12 +289,15 @@ class SLK(Updates, Starts, Algorithm):
         labels_all = np.asarray(self._labels.array)
         sc = self._scores(labels_all)
         score = sc["validation_acc"] if sc else -E
+        # a run that emptied a cluster ranks below every run that kept all k: with a dense graph
+        # the one-cluster partition can have the lowest energy (the Laplacian term is 0 there)
+        full = bool(np.bincount(labels_all[labels_all >= 0], minlength=self.n_clusters).min() > 0)
         out = dict(sc, run_score=score, run_finished=True)
-        if self._best is None or score > self._best["score"]:
+        if self._best is None or (full, score) > (self._best.get("full", True), self._best["score"]):
             Z = self._Z[self._cur].array
             for s in range(0, ctx.n_rows, 1 << 16):
                 self._best_Z.array[s:s + (1 << 16)] = Z[s:s + (1 << 16)]
-            self._best = {"score": score, "run": self._run, "lambda": self._lam, "E": E,
+            self._best = {"score": score, "full": full, "run": self._run, "lambda": self._lam, "E": E,
                           "E_sample": getattr(self, "_E_sample", None),
                           "mode_ids": self.mode_ids_.copy(), "modes": self._modes.copy(),
                           "labels": labels_all.astype(np.int32)}
@@ -322,7 +338,7 @@ class SLK(Updates, Starts, Algorithm):
         Zs = np.empty((n, L), np.float64) if soft else None
         for s in range(0, n, 8192):
             Xb = np.ascontiguousarray(X[s:s + 8192], dtype=np.float32)
-            ids, _ = self._index.query(Xb, self.hyper["n_neighbors"])
+            ids, _ = self._index.query(Xb, self.n_neighbors_)
             if self.train_ids_ is not None:  # rows of train_z_ are the indexed sample's
                 ids = np.searchsorted(self.train_ids_, ids)
             A = np.empty((len(Xb), L))
@@ -339,7 +355,7 @@ class SLK(Updates, Starts, Algorithm):
 
     def state(self) -> dict:
         st = {k.rstrip("_"): getattr(self, k) for k in self._ARRAYS}
-        st.update(sigma2=float(self.sigma2_), lambda_value=self.lambda_value_,
+        st.update(sigma2=float(self.sigma2_), lambda_value=self.lambda_value_, n_neighbors=self.n_neighbors_,
                   best_run=self.best_run_, energy=self.energy_, index_ef=self.index_ef_)
         if self.train_ids_ is not None:
             st["train_ids"] = self.train_ids_
@@ -349,6 +365,7 @@ class SLK(Updates, Starts, Algorithm):
         for k in self._ARRAYS:
             setattr(self, k, np.asarray(state[k.rstrip("_")]))
         self.sigma2_ = float(state["sigma2"])
+        self.n_neighbors_ = int(state.get("n_neighbors") or self.hyper["n_neighbors"] or BASE_NEIGHBORS)
         self.lambda_value_ = float(state["lambda_value"])
         self.best_run_ = int(state["best_run"])
         self.energy_ = float(state["energy"])

@@ -42,7 +42,9 @@ PARAMS = {
                                "labelled rows scores λ and restarts by accuracy"),
     "validation_fraction": Param(0.1, float, "share of labelled rows used for validation",
                                  in_range(0, 1, low_open=True, high_open=True)),
-    "n_neighbors": Param(5, int, "ρ: neighbours per row in the kNN graph", at_least(1)),
+    "n_neighbors": Param(0, int, "ρ: neighbours per row in the kNN graph; 0: from the data, "
+                         "the paper's 5 where the rows' intrinsic dimension is below 15, else "
+                         "1.5 × it (at most 50)", NON_NEGATIVE),
     "reference_rows": Param(100_000, int, "above this many rows the bound is solved on a "
                             "uniform sample of them (neighbours searched among it) and "
                             "extended to the other rows (0: all rows)", NON_NEGATIVE),

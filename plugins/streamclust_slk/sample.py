@@ -37,13 +37,16 @@ class SampleSolve:
     iteration against 37 ms in the rows' order; a fit's bound is ~5 000 iterations), and the
     extension pass only copies z."""
 
-    def __init__(self, graph):
+    def __init__(self, graph, lists=None):
+        """``lists``: the sampled rows' own neighbour ids (global, a row of ``lists`` for each
+        sampled row in order) instead of the graph's, e.g. more of them
+        (:mod:`streamclust_slk.neighbours`)."""
         from scipy.sparse import csr_matrix
         from scipy.sparse.csgraph import reverse_cuthill_mckee
         self.full = graph.reference is None
         ref = np.arange(len(graph.ids), dtype=np.int64) if self.full else \
             np.asarray(graph.reference, np.int64)
-        nbrs = np.asarray(graph.ids[ref], np.int64)
+        nbrs = np.asarray(graph.ids[ref] if lists is None else lists, np.int64)
         local = np.minimum(np.searchsorted(ref, nbrs), len(ref) - 1)
         if not (ref[local] == nbrs).all():
             raise DataError("kNN graph: a sampled row has a neighbour outside the reference "

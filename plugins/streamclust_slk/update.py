@@ -206,7 +206,8 @@ class Updates:
         self._best = dict(b, labels=labels, E=total, E_sample=E, mode_ids=self.mode_ids_.copy(),
                           modes=self._modes.copy())
         self._E = [total]
-        extras = {"phase": "update", "lambda": self._lam, "new_rows": ctx.n_rows - n_old,
+        extras = {"phase": "update", "lambda": self._lam, "n_neighbors": self.n_neighbors_,
+                  "new_rows": ctx.n_rows - n_old,
                   "new_rows_per_cluster": [int(v) for v in sizes], "sample_rows": s.n_rows,
                   "new_sample_rows": int(new_in.sum()), "bound_iterations": it,
                   "sample_energy": E, "moves": moves, "discrete_energy": total}
