@@ -212,3 +212,68 @@ def test_read_ahead_raises_where_the_sequential_read_would_and_stops_its_readers
     assert next(gen) == 0
     gen.close()  # the readers, blocked on their full queues, stop
     assert threading.active_count() == before
+
+
+def test_conversion_ahead_keeps_the_order_and_the_sequential_errors():
+    """``readahead.converted``: results in the items' order whatever thread computed them; an
+    error of the conversion where its item comes, one of the items after the results before it;
+    closing it closes the items and leaves no thread behind; one thread converts inline."""
+    import threading
+    import time
+    from streamclust.data.readahead import converted
+
+    def slow(i):
+        time.sleep(0.002 * (i % 3))  # later items may finish first
+        if i == 7:
+            raise ValueError("item 7 is broken")
+        return i * i, threading.get_ident()
+    got = []
+    with pytest.raises(ValueError, match="item 7"):
+        for v, _ in converted(slow, range(20), threads=4):
+            got.append(v)
+    assert got == [i * i for i in range(7)]
+
+    def items():
+        yield from range(5)
+        raise OSError("file 5 unreadable")
+    got = []
+    with pytest.raises(OSError, match="file 5"):
+        for v, _ in converted(slow, items(), threads=4):
+            got.append(v)
+    assert got == [i * i for i in range(5)]
+    closed = []
+
+    def endless():
+        try:
+            i = 0
+            while True:
+                yield i
+                i += 1
+        finally:
+            closed.append(True)
+    before = threading.active_count()
+    gen = converted(lambda i: i, endless(), threads=3)
+    assert [next(gen) for _ in range(4)] == [0, 1, 2, 3]
+    gen.close()
+    assert closed == [True] and threading.active_count() == before
+    main = threading.get_ident()
+    assert {t for _, t in converted(slow, range(5), threads=1)} == {main}
+    assert main not in {t for _, t in converted(slow, range(5), threads=2)}
+
+
+def test_readers_follow_the_threads_within_the_raw_bytes():
+    """Two readers at least; as many as the threads while two raw batches a reader hold at most
+    ``RAW_BYTES`` (16) a value: float16 lists 4, float32 2, float64 and strings 2, uint8 8."""
+    import pyarrow as pa
+    from streamclust.base import threads as TH
+    from streamclust.data.readahead import readers
+    with TH.use_threads(16):
+        assert readers([pa.list_(pa.float16(), 384)]) == 4
+        assert readers([pa.float32(), pa.float32()]) == 2
+        assert readers([pa.float64()]) == readers([pa.string()]) == 2
+        assert readers([pa.uint8()]) == 8
+        assert readers([pa.uint8(), pa.float16()]) == 4
+    with TH.use_threads(3):
+        assert readers([pa.uint8()]) == 3
+    with TH.use_threads(1):
+        assert readers([pa.uint8()]) == 2

@@ -47,19 +47,32 @@ class Data:
 
     def iter_batches(self, batch_size: int, keep=(), start: int = 0) -> Iterator[Batch]:
         """Yield validated batches.  ``start`` counts source rows (kept or not), from the
-        given first."""
+        given first.  The record batches are converted to float32 and checked on worker threads
+        ahead of the consumer (:func:`.readahead.converted`; one thread: in the caller's)."""
+        from ..base.threads import n_threads
+        from .readahead import converted
         cols = list(dict.fromkeys(list(self.spec.columns) + list(keep)))
-        for origin, row0, rb in self.source.record_batches(cols, batch_size):
-            def where(i, origin=origin, row0=row0, start=start):
-                return f"{origin}: row {row0 + i} (global row {start + i})"
-            X = batch_to_matrix(rb, self.spec, self.n_features, where)
-            mask = finite_mask(X, self.on_invalid, where, self.spec)
-            if mask is not None:
-                X = np.ascontiguousarray(X[mask])
-            X.flags.writeable = False
-            passthrough = None
-            if keep:
-                t = rb if isinstance(rb, pa.Table) else pa.Table.from_batches([rb])
-                passthrough = t.select(list(keep))
-            yield Batch(start, X, passthrough, kept=mask, origin=origin)
-            start += rb.num_rows
+
+        def numbered():
+            at = start
+            for origin, row0, rb in self.source.record_batches(cols, batch_size):
+                yield origin, row0, rb, at
+                at += rb.num_rows
+        return converted(lambda item: self._batch(item, keep), numbered(), n_threads(-1))
+
+    def _batch(self, item, keep) -> Batch:
+        """The validated :class:`Batch` of one record batch (``(origin, row0, rb, start)``)."""
+        origin, row0, rb, start = item
+
+        def where(i):
+            return f"{origin}: row {row0 + i} (global row {start + i})"
+        X = batch_to_matrix(rb, self.spec, self.n_features, where)
+        mask = finite_mask(X, self.on_invalid, where, self.spec)
+        if mask is not None:
+            X = np.ascontiguousarray(X[mask])
+        X.flags.writeable = False
+        passthrough = None
+        if keep:
+            t = rb if isinstance(rb, pa.Table) else pa.Table.from_batches([rb])
+            passthrough = t.select(list(keep))
+        return Batch(start, X, passthrough, kept=mask, origin=origin)

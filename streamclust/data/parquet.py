@@ -187,7 +187,8 @@ class ParquetSource(Source):
             if getattr(local, "path", None) != f:
                 local.path, local.pf, local.raw = f, None, None
             return self._read(f, groups, row, columns, batch_size, local)
-        yield from readahead.ordered(units, read)
+        yield from readahead.ordered(units, read, readahead.readers(
+            [self.schema.field(c).type for c in columns if c in self.schema.names]))
 
     def _read(self, f, groups, row, columns, batch_size, handle=None):
         """``(f, row, batch)`` of file ``f`` (of its row groups ``groups``, whose first row is

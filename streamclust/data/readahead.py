@@ -1,12 +1,15 @@
 """Reading ahead: the units of a source (Parquet row groups) decoded by threads while the
 consumer converts, checks and writes the batches before them, yielded in the source's order.
 
-Decoding a Parquet column releases the GIL, so two reader threads decode two row groups at once
+Decoding a Parquet column releases the GIL, so reader threads decode several row groups at once
 beside the thread that converts and writes (1M × 384 float16 embeddings in 8 row groups a file:
-the feature cache pass took 22.6 s with one reader; 6.3–6.6 s now, docs/benchmarks.md "Cores").
-Each reader holds at most ``depth`` decoded batches the consumer has not taken, plus the one it is decoding: with the defaults
-(2 readers, depth 1) four raw batches, within the bytes the memory plan counts for a batch
-(``base.memory.batch_bytes``: 32 bytes a value, a raw value being at most 8).
+the feature cache pass took 22.6 s with one reader; 6.3–6.6 s with two, docs/benchmarks.md
+"Cores").  Each reader holds at most ``depth`` decoded batches the consumer has not taken, plus
+the one it is decoding: :func:`readers` runs as many as the run has threads while their raw
+batches (two a reader) stay within ``RAW_BYTES`` a value of the bytes the memory plan counts
+for a batch (``base.memory.batch_bytes``: 32 a value), at least two.  :func:`converted` turns
+the record batches into float32 on up to two more threads (at most three such batches ahead of
+the consumer, 12 bytes a value).
 """
 from __future__ import annotations
 
@@ -14,8 +17,26 @@ import queue
 import threading
 from typing import Callable, Iterable, Iterator, Sequence
 
-#: reader threads; more decode faster only while the consumer keeps up (it converts and writes)
+import pyarrow as pa
+
+#: reader threads at least; more decode faster only while the consumer keeps up (it writes)
 READERS = 2
+#: bytes a value that the readers' raw batches may hold together (two a reader), of the 32 the
+#: memory plan counts for a batch (``base.memory.batch_bytes``)
+RAW_BYTES = 16
+
+
+def readers(types) -> int:
+    """Reader threads for columns of Arrow ``types``: the run's threads, at most as many as keep
+    their raw batches within ``RAW_BYTES`` a value (float16 values: 4, float32: 2), at least
+    ``READERS``."""
+    from ..base.threads import n_threads
+    width = 1
+    for t in types:
+        while pa.types.is_list(t) or pa.types.is_fixed_size_list(t) or pa.types.is_large_list(t):
+            t = t.value_type
+        width = max(width, t.bit_width // 8 if pa.types.is_primitive(t) and t.bit_width >= 8 else 8)
+    return max(READERS, min(n_threads(-1), RAW_BYTES // (2 * width)))
 _ITEM, _END, _ERROR = 0, 1, 2
 
 
@@ -73,3 +94,40 @@ def ordered(units: Sequence, read: Callable[[object], Iterable], readers: int = 
         stop.set()
         for t in threads:
             t.join()
+
+
+def converted(fn: Callable[[object], object], items: Iterable, threads: int) -> Iterator:
+    """``fn(item)`` for each of ``items`` in order, computed on ``min(2, threads - 1)`` worker
+    threads while the consumer works on the results before them (one thread: in the
+    consumer's).  At most that many results wait ahead of the consumer.  An exception of
+    ``items`` is raised after the results of the items before it, one of ``fn`` where its item
+    comes; closing the generator closes ``items`` (stopping its readers)."""
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+    workers = min(2, int(threads) - 1)
+    it = iter(items)
+    try:
+        if workers < 1:
+            for item in it:
+                yield fn(item)
+            return
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="streamclust-convert") as pool:
+            pending: deque = deque()
+            while True:
+                try:
+                    item = next(it)
+                except StopIteration:
+                    break
+                except BaseException:
+                    while pending:
+                        yield pending.popleft().result()
+                    raise
+                pending.append(pool.submit(fn, item))
+                if len(pending) > workers:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+    finally:
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()
