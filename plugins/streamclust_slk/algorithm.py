@@ -53,7 +53,7 @@ from . import kernels as kn
 from .passes import (bound_step, energy_step, jacobi, kernel_only_step, kernel_step,
                      label_step, meanshift_step, merge_labels, merge_nearest, nearest_row_step)
 from .neighbours import BASE_NEIGHBORS, MAX_NEIGHBORS, choose
-from .params import PARAMS, n_starts, parse_grid
+from .params import PARAMS, parse_grid
 from .sample import SampleSolve
 from .starts import Starts
 from .update import Updates
@@ -141,28 +141,6 @@ class SLK(Updates, Starts, Algorithm):
         self._cur = 0
         self._runs = self._planned_runs()
         self._validation(ctx)
-
-    def _screening(self) -> bool:
-        h = self.hyper
-        return (h["grid_search"] == "screen" and bool(h["validation_labels"]) and len(self._grid) > 1
-                and n_starts(h) > 1)
-
-    def _planned_runs(self) -> list:
-        """(start, λ) of the runs known before any has finished: every start at the grid's first
-        λ when screening (the other λ follow on the best start, see ``_extend_runs``), else every
-        start at every λ."""
-        n = n_starts(self.hyper)
-        if self._screening():
-            return [(i, self._grid[0]) for i in range(n)]
-        return [(i, lam) for i in range(n) for lam in self._grid]
-
-    def _extend_runs(self) -> None:
-        """After the screening runs: the grid's other λ on the start with the best validation
-        accuracy (starts differ more than λ values: shuttle's five starts span validation accuracy
-        0.38-0.77 at λ = 1, and the best of them stays the best at every λ of the grid)."""
-        if self._screening() and self._run + 1 == len(self._runs) == n_starts(self.hyper):
-            best = self._runs[self._best["run"]][0]
-            self._runs += [(best, lam) for lam in self._grid[1:]]
 
     # -- checkpoints ----------------------------------------------------------------------------
     def checkpoint(self) -> dict:

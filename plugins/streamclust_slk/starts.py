@@ -7,12 +7,36 @@ import numpy as np
 
 from streamclust.toolkit import Contingency, DataError, kmeanspp_draws, nearest_center, row_sq
 
+from .params import n_starts
 from .passes import assign_step, merge_nearest, nearest_row_step
 
 
 class Starts:
     """``_validation`` (the validation rows), ``_initial_modes`` (a start's first modes),
-    ``_best_seeding`` and ``_scores`` (accuracy and NMI of labels on the labelled rows)."""
+    ``_best_seeding`` and ``_scores`` (accuracy and NMI of labels on the labelled rows); the
+    runs (start, λ) in order: ``_planned_runs``, ``_extend_runs``."""
+
+    def _screening(self) -> bool:
+        h = self.hyper
+        return (h["grid_search"] == "screen" and bool(h["validation_labels"]) and len(self._grid) > 1
+                and n_starts(h) > 1)
+
+    def _planned_runs(self) -> list:
+        """(start, λ) of the runs known before any has finished: every start at the grid's first
+        λ when screening (the other λ follow on the best start, see ``_extend_runs``), else every
+        start at every λ."""
+        n = n_starts(self.hyper)
+        if self._screening():
+            return [(i, self._grid[0]) for i in range(n)]
+        return [(i, lam) for i in range(n) for lam in self._grid]
+
+    def _extend_runs(self) -> None:
+        """After the screening runs: the grid's other λ on the start with the best validation
+        accuracy (starts differ more than λ values: shuttle's five starts span validation accuracy
+        0.38-0.77 at λ = 1, and the best of them stays the best at every λ of the grid)."""
+        if self._screening() and self._run + 1 == len(self._runs) == n_starts(self.hyper):
+            best = self._runs[self._best["run"]][0]
+            self._runs += [(best, lam) for lam in self._grid[1:]]
 
     def _validation(self, ctx):
         col = self.hyper["validation_labels"]
