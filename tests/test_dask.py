@@ -131,6 +131,21 @@ def test_slk_on_a_reference_sample_fits_the_same_on_workers(dask_executor):
     np.testing.assert_allclose(dask.train_z_, local.train_z_, rtol=1e-6, atol=1e-7)
 
 
+def test_slk_s_neighbours_from_the_data_are_the_same_on_workers(dask_executor):
+    """Rows of high intrinsic dimension: the denser lists SLK queries from the graph's index on
+    the client (n_neighbors=0) and the extension pass on the workers give the local fit."""
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(3000, 40)).astype(np.float32)
+    X[::2, 0] += 5.0
+    kw = dict(reference_rows=800, n_init=1, progress=False, batch_size=512, normalize=False,
+              knn_options={"threads": 2, "min_cell_rows": 100, "cell_rows": 400})
+    local = streamclust.fit(X, "slk", 2, **kw)
+    dask = streamclust.fit(X, "slk", 2, executor=dask_executor, **kw)
+    assert local.history[-1]["n_neighbors"] == dask.history[-1]["n_neighbors"] > 5
+    np.testing.assert_array_equal(dask.labels_, local.labels_)
+    np.testing.assert_allclose(dask.train_z_, local.train_z_, rtol=1e-6, atol=1e-7)
+
+
 def test_numba_threads_are_a_share_of_each_machine(dask_executor):
     shares = dask_executor.shares()
     workers = dask_executor.client.scheduler_info()["workers"]
