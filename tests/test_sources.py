@@ -273,6 +273,7 @@ def test_readers_follow_the_threads_within_the_raw_bytes():
         assert readers([pa.float64()]) == readers([pa.string()]) == 2
         assert readers([pa.uint8()]) == 8
         assert readers([pa.uint8(), pa.float16()]) == 4
+        assert readers([]) == 2  # no feature column known: counted as 8-byte values
     with TH.use_threads(3):
         assert readers([pa.uint8()]) == 3
     with TH.use_threads(1):

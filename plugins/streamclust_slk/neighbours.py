@@ -51,7 +51,7 @@ def auto_neighbors(dimension: float) -> int:
     return int(round(PER_ID * min(dimension, MAX_NEIGHBORS / PER_ID)))
 
 
-def denser_lists(ctx, rows: np.ndarray, k: int, chunk: int = 1 << 15) -> np.ndarray:
+def denser_lists(ctx, rows: np.ndarray, k: int, chunk: int = 1 << 15) -> tuple:
     """The ``k`` nearest indexed rows of each of ``rows`` (sorted global ids of indexed rows),
     itself excluded, from the graph's hnswlib cells: len(rows) × k ids and distances."""
     index = ctx.knn_index()

@@ -186,3 +186,39 @@ def limit_blas(threads: int | None):
     import scipy.linalg.cython_blas  # noqa: F401  numba kernels' np.dot runs scipy's BLAS: loaded
     from threadpoolctl import threadpool_limits  # now, so that the limit reaches it
     return threadpool_limits(limits=int(threads), user_api="blas")
+
+
+def ordered_map(fn, items, workers: int, ahead: int):
+    """``fn(item)`` for each of ``items``, computed on ``workers`` threads and yielded in the
+    items' order, at most ``ahead`` submitted beyond the one the caller waits for (``workers``
+    < 1: in the caller's thread).  An exception of ``items`` is raised after the results of the
+    items before it, one of ``fn`` where its item comes; closing the generator closes ``items``
+    and waits for the calls under way."""
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+    it = iter(items)
+    try:
+        if workers < 1:
+            for item in it:
+                yield fn(item)
+            return
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="streamclust") as pool:
+            pending: deque = deque()
+            while True:
+                try:
+                    item = next(it)
+                except StopIteration:
+                    break
+                except BaseException:
+                    while pending:
+                        yield pending.popleft().result()
+                    raise
+                pending.append(pool.submit(fn, item))
+                if len(pending) > ahead:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+    finally:
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()

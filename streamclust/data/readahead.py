@@ -31,12 +31,12 @@ def readers(types) -> int:
     their raw batches within ``RAW_BYTES`` a value (float16 values: 4, float32: 2), at least
     ``READERS``."""
     from ..base.threads import n_threads
-    width = 1
+    width = 0
     for t in types:
         while pa.types.is_list(t) or pa.types.is_fixed_size_list(t) or pa.types.is_large_list(t):
             t = t.value_type
         width = max(width, t.bit_width // 8 if pa.types.is_primitive(t) and t.bit_width >= 8 else 8)
-    return max(READERS, min(n_threads(-1), RAW_BYTES // (2 * width)))
+    return max(READERS, min(n_threads(-1), RAW_BYTES // (2 * (width or 8))))
 _ITEM, _END, _ERROR = 0, 1, 2
 
 
@@ -99,35 +99,8 @@ def ordered(units: Sequence, read: Callable[[object], Iterable], readers: int = 
 def converted(fn: Callable[[object], object], items: Iterable, threads: int) -> Iterator:
     """``fn(item)`` for each of ``items`` in order, computed on ``min(2, threads - 1)`` worker
     threads while the consumer works on the results before them (one thread: in the
-    consumer's).  At most that many results wait ahead of the consumer.  An exception of
-    ``items`` is raised after the results of the items before it, one of ``fn`` where its item
-    comes; closing the generator closes ``items`` (stopping its readers)."""
-    from collections import deque
-    from concurrent.futures import ThreadPoolExecutor
+    consumer's); at most one more result than workers waits ahead of the consumer.  Errors and
+    closing as :func:`streamclust.base.threads.ordered_map`."""
+    from ..base.threads import ordered_map
     workers = min(2, int(threads) - 1)
-    it = iter(items)
-    try:
-        if workers < 1:
-            for item in it:
-                yield fn(item)
-            return
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="streamclust-convert") as pool:
-            pending: deque = deque()
-            while True:
-                try:
-                    item = next(it)
-                except StopIteration:
-                    break
-                except BaseException:
-                    while pending:
-                        yield pending.popleft().result()
-                    raise
-                pending.append(pool.submit(fn, item))
-                if len(pending) > workers:
-                    yield pending.popleft().result()
-            while pending:
-                yield pending.popleft().result()
-    finally:
-        close = getattr(it, "close", None)
-        if close is not None:
-            close()
+    return ordered_map(fn, items, workers, workers)

@@ -243,19 +243,9 @@ def in_order(fn, items):
     """``fn(item)`` for each of ``items`` on the run's threads, yielded in the items' order, at
     most twice as many ahead as there are threads (the planning's batches: their rows read, a
     product and a nogil kernel each; one after another they were a serial part of the build)."""
-    from collections import deque
-    from concurrent.futures import ThreadPoolExecutor
-
-    from ..base.threads import n_threads
+    from ..base.threads import n_threads, ordered_map
     nt = n_threads(-1)
-    with ThreadPoolExecutor(max_workers=nt) as pool:
-        pending: deque = deque()
-        for item in items:
-            pending.append(pool.submit(fn, item))
-            if len(pending) >= 2 * nt:
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
+    return ordered_map(fn, items, nt, 2 * nt - 1)
 
 
 @njit(cache=True, nogil=True)
