@@ -217,7 +217,7 @@ def test_read_ahead_raises_where_the_sequential_read_would_and_stops_its_readers
 def test_conversion_ahead_keeps_the_order_and_the_sequential_errors():
     """``readahead.converted``: results in the items' order whatever thread computed them; an
     error of the conversion where its item comes, one of the items after the results before it;
-    closing it closes the items and leaves no thread behind; one thread converts inline."""
+    closing it closes the items and leaves no thread behind; below 4 threads it converts inline."""
     import threading
     import time
     from streamclust.data.readahead import converted
@@ -229,7 +229,7 @@ def test_conversion_ahead_keeps_the_order_and_the_sequential_errors():
         return i * i, threading.get_ident()
     got = []
     with pytest.raises(ValueError, match="item 7"):
-        for v, _ in converted(slow, range(20), threads=4):
+        for v, _ in converted(slow, range(20), threads=6):
             got.append(v)
     assert got == [i * i for i in range(7)]
 
@@ -238,7 +238,7 @@ def test_conversion_ahead_keeps_the_order_and_the_sequential_errors():
         raise OSError("file 5 unreadable")
     got = []
     with pytest.raises(OSError, match="file 5"):
-        for v, _ in converted(slow, items(), threads=4):
+        for v, _ in converted(slow, items(), threads=6):
             got.append(v)
     assert got == [i * i for i in range(5)]
     closed = []
@@ -252,13 +252,14 @@ def test_conversion_ahead_keeps_the_order_and_the_sequential_errors():
         finally:
             closed.append(True)
     before = threading.active_count()
-    gen = converted(lambda i: i, endless(), threads=3)
+    gen = converted(lambda i: i, endless(), threads=5)
     assert [next(gen) for _ in range(4)] == [0, 1, 2, 3]
     gen.close()
     assert closed == [True] and threading.active_count() == before
     main = threading.get_ident()
-    assert {t for _, t in converted(slow, range(5), threads=1)} == {main}
-    assert main not in {t for _, t in converted(slow, range(5), threads=2)}
+    for threads in (1, 2, 3):  # below CONVERT_FROM (4) threads: in the consumer's
+        assert {t for _, t in converted(slow, range(5), threads=threads)} == {main}
+    assert main not in {t for _, t in converted(slow, range(5), threads=4)}
 
 
 def test_readers_follow_the_threads_within_the_raw_bytes():

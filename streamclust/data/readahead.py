@@ -8,8 +8,8 @@ the feature cache pass took 22.6 s with one reader; 6.3–6.6 s with two, docs/b
 the one it is decoding: :func:`readers` runs as many as the run has threads while their raw
 batches (two a reader) stay within ``RAW_BYTES`` a value of the bytes the memory plan counts
 for a batch (``base.memory.batch_bytes``: 32 a value), at least two.  :func:`converted` turns
-the record batches into float32 on up to two more threads (at most three such batches ahead of
-the consumer, 12 bytes a value).
+the record batches into float32 on up to two more threads from 4 threads on (at most three such
+batches ahead of the consumer, 12 bytes a value).
 """
 from __future__ import annotations
 
@@ -96,11 +96,17 @@ def ordered(units: Sequence, read: Callable[[object], Iterable], readers: int = 
             t.join()
 
 
+#: threads a run needs before records are converted off the consumer's thread: two readers, the
+#: consumer, and one to spare (on 2 cores a converter only contends with the readers: 1M × 784
+#: float32, 2 threads, 5.4-6.3 s with one against 4.5-6.0 s without)
+CONVERT_FROM = 4
+
+
 def converted(fn: Callable[[object], object], items: Iterable, threads: int) -> Iterator:
-    """``fn(item)`` for each of ``items`` in order, computed on ``min(2, threads - 1)`` worker
-    threads while the consumer works on the results before them (one thread: in the
-    consumer's); at most one more result than workers waits ahead of the consumer.  Errors and
-    closing as :func:`streamclust.base.threads.ordered_map`."""
+    """``fn(item)`` for each of ``items`` in order, computed on ``min(2, threads - 3)`` worker
+    threads while the consumer works on the results before them (below ``CONVERT_FROM``
+    threads: in the consumer's); at most one more result than workers waits ahead of the
+    consumer.  Errors and closing as :func:`streamclust.base.threads.ordered_map`."""
     from ..base.threads import ordered_map
-    workers = min(2, int(threads) - 1)
+    workers = min(2, int(threads) - CONVERT_FROM + 1)
     return ordered_map(fn, items, workers, workers)
