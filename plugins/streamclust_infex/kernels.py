@@ -172,7 +172,14 @@ def log_mixture(X, Z, logq, kern):
         yield s, L
 
 
-def shift(X, sqX, log_eta, kern, walk, tol, chunk=4096):
+#: the parts of a mean-shift step: at least ``PART_ROWS`` rows and ``PART_WORK`` row ×
+#: trajectory × feature products each (smaller ones cost more in Python than they save), at
+#: most ``MAX_PARTS`` (each holds its trajectories' T × d sums).  Their sums are merged in
+#: order, so the data, not the threads, fix the parts: the same result on any number of threads
+PART_ROWS, PART_WORK, MAX_PARTS = 256, 1 << 22, 8
+
+
+def shift(X, sqX, log_eta, kern, walk, tol, chunk=1024, pool=None):
     """One weighted mean-shift step (paper eq. 14) of every active trajectory:
     z ← Σ_i η_i g(‖z − x_i‖²/h²) x_i / Σ_i η_i g(…), over all rows (``X`` float64, ``sqX`` its
     squared row norms, ``log_eta``: log η_i, −∞ for η_i = 0).  A trajectory whose step is below
@@ -182,23 +189,57 @@ def shift(X, sqX, log_eta, kern, walk, tol, chunk=4096):
     ‖x‖² + ‖z‖² − 2xᵀz, then Xᵀ W): BLAS does in them what a numba loop over the pairs did 4×
     slower (usps 1100 × 256, σ = 440: 246 s → 63 s of mean shift per fit, profiled).  The weights are summed in
     log space, rescaled by a running largest term per trajectory, so the Gaussian's tails do
-    not underflow."""
+    not underflow.  The rows are cut into parts of about ``PART_ROWS`` (at most ``MAX_PARTS``)
+    whose sums run on ``pool`` (a ``concurrent.futures`` executor; None: one after another)
+    and are merged in the parts' order."""
     idx = np.flatnonzero(walk.active)
     if not len(idx):
         return
     Z = walk.Z[idx]
     sqZ = np.einsum("ij,ij->i", Z, Z)
+    parts = max(1, min(MAX_PARTS, len(X) // PART_ROWS, len(X) * Z.size // PART_WORK))
+    bounds = [len(X) * i // parts for i in range(parts + 1)]
+    job = (X, sqX, log_eta, kern, Z, sqZ, chunk)
+    spans = list(zip(bounds[:-1], bounds[1:]))
+    sums = map(lambda b: _shift_sums(job, *b), spans) if pool is None or parts == 1 else \
+        pool.map(lambda b: _shift_sums(job, *b), spans)
+    top, num, den = None, None, None
+    for t, n, d in sums:  # in the parts' order
+        if top is None:
+            top, num, den = t, n, d
+            continue
+        new = np.maximum(top, t)
+        ref = np.where(np.isfinite(new), new, 0.0)
+        a = np.where(np.isfinite(top), np.exp(top - ref), 0.0)
+        b = np.where(np.isfinite(t), np.exp(t - ref), 0.0)
+        num = num * a[:, None] + n * b[:, None]
+        den = den * a + d * b
+        top = new
+    reached = den > 0
+    Znew = Z.copy()
+    Znew[reached] = num[reached] / den[reached, None]
+    moved = np.sqrt(((Znew - Z) ** 2).sum(axis=1)) / kern.h
+    walk.Z[idx] = Znew
+    walk.moved[idx] = np.where(reached, moved, 0.0)
+    walk.active[idx[~reached | (moved < tol)]] = 0
+
+
+def _shift_sums(job, lo, hi):
+    """``(top, num, den)`` of :func:`shift` over the rows ``lo .. hi``: the largest log weight
+    per trajectory, and the weighted row sums and weights scaled by exp(−top)."""
+    X, sqX, log_eta, kern, Z, sqZ, chunk = job
     inv = 1.0 / (kern.h * kern.h)
-    top = np.full(len(idx), -np.inf)
+    top = np.full(len(Z), -np.inf)
     num = np.zeros_like(Z)
-    den = np.zeros(len(idx))
-    for s in range(0, len(X), chunk):
-        Xc = X[s:s + chunk]
-        U = np.maximum(sqX[s:s + chunk, None] + sqZ[None, :] - 2.0 * (Xc @ Z.T), 0.0) * inv
+    den = np.zeros(len(Z))
+    for s in range(lo, hi, chunk):
+        e = min(s + chunk, hi)
+        Xc = X[s:e]
+        U = np.maximum(sqX[s:e, None] + sqZ[None, :] - 2.0 * (Xc @ Z.T), 0.0) * inv
         if kern.kind == GAUSSIAN:
-            L = log_eta[s:s + chunk, None] - 0.5 * U
+            L = log_eta[s:e, None] - 0.5 * U
         else:
-            L = np.where(U <= 1.0, log_eta[s:s + chunk, None], -np.inf)
+            L = np.where(U <= 1.0, log_eta[s:e, None], -np.inf)
         new = np.maximum(top, L.max(axis=0))
         ok = np.isfinite(new)
         if not ok.any():
@@ -208,13 +249,7 @@ def shift(X, sqX, log_eta, kern, walk, tol, chunk=4096):
         num = num * shrink[:, None] + W.T @ Xc
         den = den * shrink + W.sum(axis=0)
         top = new
-    reached = den > 0
-    Znew = Z.copy()
-    Znew[reached] = num[reached] / den[reached, None]
-    moved = np.sqrt(((Znew - Z) ** 2).sum(axis=1)) / kern.h
-    walk.Z[idx] = Znew
-    walk.moved[idx] = np.where(reached, moved, 0.0)
-    walk.active[idx[~reached | (moved < tol)]] = 0
+    return top, num, den
 
 
 @nb.njit(cache=True, parallel=True)

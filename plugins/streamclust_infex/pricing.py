@@ -1,6 +1,10 @@
 """Pricing helpers of INFEX: the mean-shift climb that finds candidate exemplars, and the
 row weighting that steers the KVQ climb.  Arrays in, arrays out (the numba kernels are in
 ``kernels.py``)."""
+import contextlib
+from concurrent.futures import ThreadPoolExecutor
+
+import numba
 import numpy as np
 
 from . import kernels as kn
@@ -36,14 +40,17 @@ def climb(X, log_eta, Z, kern, h):
     live = np.ones(len(Z), bool)
     X64 = X.astype(np.float64)
     sqX = np.einsum("ij,ij->i", X64, X64)
-    for it in range(h["shift_iter"]):
-        kn.shift(X64, sqX, log_eta, kern, walk, h["shift_tol"])
-        if not walk.active.any():
-            break
-        if it in (2, 5) or it % 10 == 9:  # trajectories on the same hill: keep the first
-            idx = np.flatnonzero(live)
-            keep = np.zeros(len(Z), bool)
-            keep[idx[kn.distinct(walk.Z[idx], 10 * h["merge"] * kern.h)]] = True
-            walk.active[~keep] = 0
-            live &= keep
+    workers = min(numba.get_num_threads(), kn.MAX_PARTS)  # the run's budget (engine.use_threads)
+    with ThreadPoolExecutor(workers, thread_name_prefix="infex-shift") if workers > 1 \
+            else contextlib.nullcontext() as pool:
+        for it in range(h["shift_iter"]):
+            kn.shift(X64, sqX, log_eta, kern, walk, h["shift_tol"], pool=pool)
+            if not walk.active.any():
+                break
+            if it in (2, 5) or it % 10 == 9:  # trajectories on the same hill: keep the first
+                idx = np.flatnonzero(live)
+                keep = np.zeros(len(Z), bool)
+                keep[idx[kn.distinct(walk.Z[idx], 10 * h["merge"] * kern.h)]] = True
+                walk.active[~keep] = 0
+                live &= keep
     return walk.Z[live], it + 1

@@ -336,15 +336,27 @@ def test_finite_support_kernels_and_bad_input():
     assert m.predict(far)[0] == d2.argmin()
 
 
-def test_shift_step_is_the_weighted_mean():
+def test_shift_step_is_the_weighted_mean(monkeypatch):
+    """Against the weighted means written out, with the rows' parts summed one after another and
+    on a thread pool (the same bits), and for rows only one part reaches (an Epanechnikov
+    support that the other parts' rows lie outside: their sums are empty)."""
+    from concurrent.futures import ThreadPoolExecutor
     rng = np.random.default_rng(8)
-    X = rng.normal(size=(500, 4))
-    log_eta = np.log(rng.uniform(0.1, 1.0, 500))
-    Z0 = rng.normal(size=(7, 4))
+    X = rng.normal(size=(2000, 4))
+    X[-100:] += 50.0  # the last part's rows, far from the others
+    log_eta = np.log(rng.uniform(0.1, 1.0, len(X)))
+    Z0 = np.vstack([rng.normal(size=(7, 4)), X[-3:] + 0.1])
+    monkeypatch.setattr(kn, "PART_WORK", 1)  # these few rows in parts (7 of 256 rows and more)
+    assert len(X) // kn.PART_ROWS > 1
     for kind, h in ((kn.GAUSSIAN, 0.8), (kn.EPANECHNIKOV, 1.5)):
-        walk = kn.Walk(Z0.copy(), np.ones(7, np.uint8), np.zeros(7))
-        kn.shift(X, (X * X).sum(1), log_eta, kn.Kernel(kind, h), walk, 0.0, chunk=128)
         d2 = ((X[:, None] - Z0[None]) ** 2).sum(-1) / h ** 2
         g = np.exp(-0.5 * d2) if kind == kn.GAUSSIAN else (d2 <= 1.0).astype(float)
         W = np.exp(log_eta)[:, None] * g
-        np.testing.assert_allclose(walk.Z, (W.T @ X) / W.sum(0)[:, None], rtol=1e-9)
+        ends = []
+        for pool in (None, ThreadPoolExecutor(3)):
+            walk = kn.Walk(Z0.copy(), np.ones(len(Z0), np.uint8), np.zeros(len(Z0)))
+            kn.shift(X, (X * X).sum(1), log_eta, kn.Kernel(kind, h), walk, 0.0, chunk=128,
+                     pool=pool)
+            np.testing.assert_allclose(walk.Z, (W.T @ X) / W.sum(0)[:, None], rtol=1e-9)
+            ends.append(walk.Z)
+        np.testing.assert_array_equal(ends[0], ends[1])
