@@ -128,3 +128,22 @@ def test_an_update_keeps_the_fit_s_neighbour_count(tmp_path, monkeypatch):
     assert [h["n_neighbors"] for h in m2.history[len(m1.history):]] == [rho]
     assert np.array_equal(m2.labels_[:3500], m1.labels_)
     assert (m2.public_labels(m2.labels_[3500:]) == m1.predict(X[3500:])).mean() > 0.98
+
+
+def test_out_of_core_bound_says_when_it_keeps_fewer_neighbours_than_the_rule(caplog):
+    """``reference_rows=0`` runs the bound over every row on the engine's 5-neighbour graph: on
+    rows of high intrinsic dimension the fit keeps ρ = 5 and says which n_neighbors the rule asked
+    for; the in-memory solve of the same rows takes the rule's count and says nothing."""
+    X = _flat(1500, 40, 60, 3, gaussian=True)
+    with caplog.at_level("WARNING", logger="streamclust_slk.neighbours"):
+        out = streamclust.fit(X, "slk", 2, seed=0, n_init=1, reference_rows=0, progress=False)
+    said = [r.getMessage() for r in caplog.records if "asks for" in r.getMessage()]
+    assert out.algorithm_.n_neighbors_ == BASE_NEIGHBORS
+    dim = out.algorithm_.intrinsic_dimension_
+    assert dim > DENSE_ID and len(said) == 1
+    assert f"n_neighbors={auto_neighbors(dim)}" in said[0]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="streamclust_slk.neighbours"):
+        inmem = streamclust.fit(X, "slk", 2, seed=0, n_init=1, progress=False)
+    assert inmem.algorithm_.n_neighbors_ == auto_neighbors(dim) > BASE_NEIGHBORS
+    assert not [r for r in caplog.records if "asks for" in r.getMessage()]
