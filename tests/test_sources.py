@@ -263,8 +263,9 @@ def test_conversion_ahead_keeps_the_order_and_the_sequential_errors():
 
 
 def test_readers_follow_the_threads_within_the_raw_bytes():
-    """Two readers at least; as many as the threads while two raw batches a reader hold at most
-    ``RAW_BYTES`` (16) a value: float16 lists 4, float32 2, float64 and strings 2, uint8 8."""
+    """Two readers at least (one thread: the consumer reads); as many as the threads less the
+    consumer and the converters while two raw batches a reader hold at most ``RAW_BYTES`` (16)
+    a value: float16 lists 4, float32 2, float64 and strings 2, uint8 8."""
     import pyarrow as pa
     from streamclust.base import threads as TH
     from streamclust.data.readahead import readers
@@ -275,7 +276,44 @@ def test_readers_follow_the_threads_within_the_raw_bytes():
         assert readers([pa.uint8()]) == 8
         assert readers([pa.uint8(), pa.float16()]) == 4
         assert readers([]) == 2  # no feature column known: counted as 8-byte values
-    with TH.use_threads(3):
-        assert readers([pa.uint8()]) == 3
-    with TH.use_threads(1):
+    # from 3 threads on, readers + converters + the consumer stay within the budget
+    from streamclust.data.readahead import converters
+    for threads, n in ((3, 2), (4, 2), (5, 2), (6, 3), (7, 4), (8, 5), (11, 8), (16, 8)):
+        with TH.use_threads(threads):
+            assert readers([pa.uint8()]) == n
+            assert readers([pa.uint8()]) + converters(threads) + 1 <= threads
+    with TH.use_threads(2):  # the one exception: two readers beside the consumer
         assert readers([pa.uint8()]) == 2
+    with TH.use_threads(1):  # the consumer reads: one thread in all
+        assert readers([pa.uint8()]) == readers([pa.float16()]) == 1
+
+
+def test_one_thread_decodes_every_row_group_in_the_consumer(tmp_path, monkeypatch):
+    """``threads=1``: the cache pass reads every row group on the thread that converts and
+    writes (no reader threads beside it); with two threads, reader threads decode; the cache is
+    the same bytes both ways."""
+    import threading
+    from streamclust.base import threads as TH
+    X = np.random.default_rng(5).normal(size=(8000, 6)).astype(np.float32)
+    for i in range(2):  # two files of four row groups: eight units to read ahead
+        pq.write_table(pa.table({f"f{j}": X[i * 4000:(i + 1) * 4000, j] for j in range(6)}),
+                       str(tmp_path / f"p{i}.parquet"), row_group_size=1000)
+    seen = []
+    read = ParquetSource._read
+
+    def spy(self, *a, **kw):
+        seen.append(threading.current_thread())
+        return read(self, *a, **kw)
+    monkeypatch.setattr(ParquetSource, "_read", spy)
+    caches = {}
+    for threads in (1, 2):
+        seen.clear()
+        d = open_data(str(tmp_path / "p*.parquet"))
+        (tmp_path / f"w{threads}").mkdir()
+        with TH.use_threads(threads):
+            c = FeatureCache.build(d, str(tmp_path / f"w{threads}"), 1024)
+        caches[threads] = np.array(c.X)
+        names = {t.name for t in seen}
+        assert (names == {threading.main_thread().name}) == (threads == 1), names
+    np.testing.assert_array_equal(caches[1], X)
+    np.testing.assert_array_equal(caches[2], X)

@@ -2,13 +2,13 @@
 consumer converts, checks and writes the batches before them, yielded in the source's order.
 
 Decoding a Parquet column releases the GIL, so reader threads decode several row groups at once
-beside the thread that converts and writes (1M × 384 float16 embeddings in 8 row groups a file:
-the feature cache pass took 22.6 s with one reader; 6.3–6.6 s with two, docs/benchmarks.md
-"Cores").  Each reader holds at most ``depth`` decoded batches the consumer has not taken, plus
-the one it is decoding: :func:`readers` runs as many as the run has threads while their raw
-batches (two a reader) stay within ``RAW_BYTES`` a value of the bytes the memory plan counts
-for a batch (``base.memory.batch_bytes``: 32 a value), at least two.  :func:`converted` turns
-the record batches into float32 on up to two more threads from 4 threads on (at most three such
+beside the thread that converts and writes (1M × 384 float16 embeddings in 8 row groups a file,
+2 cores: the feature cache pass took 11.6 s with one reader, 6.2–8.2 s with two; 2026-12-05).
+Each reader holds at most ``depth`` decoded batches the consumer has not taken, plus the one it
+is decoding: :func:`readers` runs as many as the run has threads while their raw batches (two a
+reader) stay within ``RAW_BYTES`` a value of the bytes the memory plan counts for a batch
+(``base.memory.batch_bytes``: 32 a value), at least two; with one thread the consumer reads
+(no reader threads: ``--threads 1`` uses one core).  :func:`converted` turns the record batches into float32 on up to two more threads from 4 threads on (at most three such
 batches ahead of the consumer, 12 bytes a value).
 """
 from __future__ import annotations
@@ -27,16 +27,26 @@ RAW_BYTES = 16
 
 
 def readers(types) -> int:
-    """Reader threads for columns of Arrow ``types``: the run's threads, at most as many as keep
-    their raw batches within ``RAW_BYTES`` a value (float16 values: 4, float32: 2), at least
-    ``READERS``."""
+    """Reader threads for columns of Arrow ``types``: the run's threads less the consumer and the
+    converters (:func:`converters`), at most as many as keep their raw batches within
+    ``RAW_BYTES`` a value (float16 values: 4, float32: 2), at least ``READERS`` — so from 3
+    threads on readers, converters and consumer stay within the budget, and at 2 threads they
+    are one more (1M × 384 float16 on two cores: two readers 6.2–8.2 s, one 11.6–11.7 s).  With
+    one thread none (1: the consumer reads), so that ``--threads 1`` stays on one core (on one
+    core: 12.4 s read in the consumer, 12.6–13.6 s with two readers)."""
     from ..base.threads import n_threads
     width = 0
     for t in types:
         while pa.types.is_list(t) or pa.types.is_fixed_size_list(t) or pa.types.is_large_list(t):
             t = t.value_type
         width = max(width, t.bit_width // 8 if pa.types.is_primitive(t) and t.bit_width >= 8 else 8)
-    return max(READERS, min(n_threads(-1), RAW_BYTES // (2 * (width or 8))))
+    threads = n_threads(-1)
+    if threads <= 1:
+        return 1
+    spare = threads - 1 - converters(threads)
+    return max(READERS, min(spare, RAW_BYTES // (2 * (width or 8))))
+
+
 _ITEM, _END, _ERROR = 0, 1, 2
 
 
@@ -108,5 +118,11 @@ def converted(fn: Callable[[object], object], items: Iterable, threads: int) -> 
     threads: in the consumer's); at most one more result than workers waits ahead of the
     consumer.  Errors and closing as :func:`streamclust.base.threads.ordered_map`."""
     from ..base.threads import ordered_map
-    workers = min(2, int(threads) - CONVERT_FROM + 1)
+    workers = converters(threads)
     return ordered_map(fn, items, workers, workers)
+
+
+def converters(threads: int) -> int:
+    """Threads that convert record batches at a budget of ``threads``: ``min(2, threads - 3)``
+    from ``CONVERT_FROM`` threads on, else 0 (the consumer converts)."""
+    return max(0, min(2, int(threads) - CONVERT_FROM + 1))
