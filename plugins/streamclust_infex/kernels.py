@@ -189,7 +189,7 @@ def shift(X, sqX, log_eta, kern, walk, tol, chunk=1024, pool=None):
     ‖x‖² + ‖z‖² − 2xᵀz, then Xᵀ W): BLAS does in them what a numba loop over the pairs did 4×
     slower (usps 1100 × 256, σ = 440: 246 s → 63 s of mean shift per fit, profiled).  The weights are summed in
     log space, rescaled by a running largest term per trajectory, so the Gaussian's tails do
-    not underflow.  The rows are cut into parts of about ``PART_ROWS`` (at most ``MAX_PARTS``)
+    not underflow.  The rows are cut into parts (``PART_ROWS``, ``PART_WORK``, ``MAX_PARTS``)
     whose sums run on ``pool`` (a ``concurrent.futures`` executor; None: one after another)
     and are merged in the parts' order."""
     idx = np.flatnonzero(walk.active)

@@ -87,13 +87,14 @@ def choose(ctx, graph, rows, requested: int, rho=None):
         rho = auto_neighbors(dim)
     if rows is None and dim is not None and int(rho) > graph.n_neighbors:
         log.warning("SLK: the rows' intrinsic dimension (%.1f) asks for %d neighbours, but the "
-                    "bound runs over all %d rows out of core (reference_rows=0, or above it "
-                    "without a sample) on the engine's %d-neighbour graph; n_neighbors=%d builds "
-                    "that graph of every row (1M x 384 embeddings: NMI 0.669 -> 0.941 at 11x the "
-                    "default sample's time; docs/algorithms/slk.md)", dim, int(rho),
+                    "bound runs over all %d rows out of core (reference_rows=0) on the "
+                    "engine's %d-neighbour graph; n_neighbors=%d builds "
+                    "that graph of every row, at many times the default sample's cost "
+                    "(docs/algorithms/slk.md, \"Millions of rows\")", dim, int(rho),
                     len(graph.ids), graph.n_neighbors, int(rho))
     if int(rho) <= graph.n_neighbors or rows is None:
-        sq = sum(float(np.square(d.astype(np.float64)).sum()) for _, _, d in graph.iter_batches(1 << 16))
+        sq = sum(float(np.square(d.astype(np.float64)).sum())
+                 for _, _, d in graph.iter_batches(1 << 16))
         return graph.n_neighbors, None, dim, sq / graph.distances.size
     k = min(int(rho), len(rows) - 1)
     ids, dist = denser_lists(ctx, rows, k)

@@ -8,8 +8,10 @@ Each reader holds at most ``depth`` decoded batches the consumer has not taken, 
 is decoding: :func:`readers` runs as many as the run has threads while their raw batches (two a
 reader) stay within ``RAW_BYTES`` a value of the bytes the memory plan counts for a batch
 (``base.memory.batch_bytes``: 32 a value), at least two; with one thread the consumer reads
-(no reader threads: ``--threads 1`` uses one core).  :func:`converted` turns the record batches into float32 on up to two more threads from 4 threads on (at most three such
-batches ahead of the consumer, 12 bytes a value).
+(no reader threads: ``--threads 1`` uses one core).  From 4 threads on :func:`converted` turns
+the record batches into float32 on one or two of the run's threads (:func:`converters`; at
+most three such batches ahead of the consumer, 12 bytes a value).  Readers, converters and
+the consumer stay within the thread budget except at 2 threads (two readers and the consumer).
 """
 from __future__ import annotations
 
@@ -107,16 +109,16 @@ def ordered(units: Sequence, read: Callable[[object], Iterable], readers: int = 
 
 
 #: threads a run needs before records are converted off the consumer's thread: two readers, the
-#: consumer, and one to spare (on 2 cores a converter only contends with the readers: 1M × 784
+#: consumer and the converter (on 2 cores a converter only contends with the readers: 1M × 784
 #: float32, 2 threads, 5.4-6.3 s with one against 4.5-6.0 s without)
 CONVERT_FROM = 4
 
 
 def converted(fn: Callable[[object], object], items: Iterable, threads: int) -> Iterator:
-    """``fn(item)`` for each of ``items`` in order, computed on ``min(2, threads - 3)`` worker
-    threads while the consumer works on the results before them (below ``CONVERT_FROM``
-    threads: in the consumer's); at most one more result than workers waits ahead of the
-    consumer.  Errors and closing as :func:`streamclust.base.threads.ordered_map`."""
+    """``fn(item)`` for each of ``items`` in order, computed on :func:`converters` worker
+    threads while the consumer works on the results before them (none: in the consumer's); at
+    most one more result than workers waits ahead of the consumer.  Errors and closing as
+    :func:`streamclust.base.threads.ordered_map`."""
     from ..base.threads import ordered_map
     workers = converters(threads)
     return ordered_map(fn, items, workers, workers)
