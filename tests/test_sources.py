@@ -214,6 +214,34 @@ def test_read_ahead_raises_where_the_sequential_read_would_and_stops_its_readers
     assert threading.active_count() == before
 
 
+def test_read_ahead_gives_a_free_reader_the_next_unit_within_its_bound():
+    """A reader free while another decodes a slow unit takes the next units (they were dealt
+    round robin: reader 1 of 2 got units 1, 3, ... whatever unit 0 cost); the end of a unit
+    does not wait for the consumer; never more than ``readers`` units past the consumer's are
+    read, nor more than ``depth`` items of a unit waiting."""
+    import threading
+    import time
+    from streamclust.data.readahead import ordered
+    who, started, consumer = {}, [], [0]
+
+    def read(u):
+        who[u] = threading.get_ident()
+        started.append((u, consumer[0]))
+        if u == 0:
+            time.sleep(0.4)
+        return iter([(u, j) for j in range(1 if u < 4 else 3)])
+    got = []
+    for item in ordered(range(12), read, readers=3, depth=2):
+        consumer[0] = item[0]
+        got.append(item)
+    assert got == [(u, j) for u in range(12) for j in range(1 if u < 4 else 3)]
+    # unit 0's reader sleeps; the two others take 1, 2 and then 3 (dealt round robin, unit 3
+    # waited for unit 0's reader), and no more until the consumer is past unit 0
+    assert who[0] not in (who[1], who[2], who[3])
+    # the consumer's last item of unit c: its end may be taken, then units c + 1 .. c + 4
+    assert all(u - c <= 4 for u, c in started)
+
+
 def test_conversion_ahead_keeps_the_order_and_the_sequential_errors():
     """``readahead.converted``: results in the items' order whatever thread computed them; an
     error of the conversion where its item comes, one of the items after the results before it;

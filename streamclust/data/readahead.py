@@ -4,9 +4,11 @@ consumer converts, checks and writes the batches before them, yielded in the sou
 Decoding a Parquet column releases the GIL, so reader threads decode several row groups at once
 beside the thread that converts and writes (1M × 384 float16 embeddings in 8 row groups a file,
 2 cores: the feature cache pass took 11.6 s with one reader, 6.2–8.2 s with two; 2026-12-05).
-Each reader holds at most ``depth`` decoded batches the consumer has not taken, plus the one it
-is decoding: :func:`readers` runs as many as the run has threads while their raw batches (two a
-reader) stay within ``RAW_BYTES`` a value of the bytes the memory plan counts for a batch
+A free reader takes the next unit (a reader is not tied to every ``readers``-th unit, so short
+units do not leave it idle while another decodes long ones); at most ``readers`` units are
+decoded ahead of the consumer's, each holding at most ``depth`` decoded batches the consumer
+has not taken plus the one being decoded.  :func:`readers` runs as many as the run has threads
+while their raw batches (two a reader) stay within ``RAW_BYTES`` a value of the bytes the memory plan counts for a batch
 (``base.memory.batch_bytes``: 32 a value), at least two; with one thread the consumer reads
 (no reader threads: ``--threads 1`` uses one core).  From 4 threads on :func:`converted` turns
 the record batches into float32 on one or two of the run's threads (:func:`converters`; at
@@ -54,10 +56,14 @@ _ITEM, _END, _ERROR = 0, 1, 2
 
 def ordered(units: Sequence, read: Callable[[object], Iterable], readers: int = READERS,
             depth: int = 1) -> Iterator:
-    """Every item of ``read(unit)`` for each of ``units``, in order.  Reader ``w`` reads units
-    ``w, w + readers, …`` ahead of the consumer; an exception in ``read`` is raised where the
-    sequential loop would have raised it (after the items before it).  Closing the generator
-    stops the readers (each finishes the batch it is decoding)."""
+    """Every item of ``read(unit)`` for each of ``units``, in order.  Each reader claims the
+    next unit not claimed yet when it is free, at most ``readers`` units past the one the
+    consumer is on (so a reader of short units does not wait while another decodes long ones,
+    and at the end the readers finish together); a unit's decoded items wait for the consumer,
+    ``depth`` of them at most.  So at most ``readers`` units are decoded ahead, each holding at
+    most ``depth`` decoded items plus the one its reader is decoding.  An exception in ``read``
+    is raised where the sequential loop would have raised it (after the items before it).
+    Closing the generator stops the readers (each finishes the batch it is decoding)."""
     units = list(units)
     readers = min(int(readers), len(units))
     if readers <= 1:
@@ -65,40 +71,50 @@ def ordered(units: Sequence, read: Callable[[object], Iterable], readers: int = 
             yield from read(u)
         return
     stop = threading.Event()
-    queues = [queue.Queue(depth) for _ in range(readers)]
+    lock = threading.Lock()
+    claimable = threading.Semaphore(readers + 1)  # units claimed and not yet consumed
+    queues = [queue.SimpleQueue() for _ in units]  # unit i's items, then its end (or an error)
+    slots = [threading.Semaphore(depth) for _ in units]  # a unit's items waiting, at most depth
+    claimed = [0]
 
-    def put(q, message) -> bool:
-        while not stop.is_set():
+    def wait(sem) -> bool:
+        while not sem.acquire(timeout=0.05):
+            if stop.is_set():
+                return False
+        return not stop.is_set()
+
+    def work():
+        while wait(claimable):
+            with lock:
+                i = claimed[0]
+                claimed[0] += 1
+            if i >= len(units):
+                claimable.release()
+                return
             try:
-                q.put(message, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def work(w):
-        try:
-            for u in units[w::readers]:
-                for item in read(u):
-                    if not put(queues[w], (_ITEM, item)):
+                for item in read(units[i]):
+                    if not wait(slots[i]):
                         return
-                if not put(queues[w], (_END, None)):
-                    return
-        except BaseException as e:  # noqa: BLE001 - handed to the consumer, raised there
-            put(queues[w], (_ERROR, e))
+                    queues[i].put((_ITEM, item))
+                queues[i].put((_END, None))  # takes no slot: the reader goes on at once
+            except BaseException as e:  # noqa: BLE001 - handed to the consumer, raised there
+                queues[i].put((_ERROR, e))
+                return
 
-    threads = [threading.Thread(target=work, args=(w,), daemon=True,
-                                name=f"streamclust-read-{w}") for w in range(readers)]
+    threads = [threading.Thread(target=work, daemon=True, name=f"streamclust-read-{w}")
+               for w in range(readers)]
     for t in threads:
         t.start()
     try:
         for i in range(len(units)):
-            q = queues[i % readers]
             while True:
-                kind, item = q.get()
+                kind, item = queues[i].get()
                 if kind == _ITEM:
+                    slots[i].release()
                     yield item
                 elif kind == _END:
+                    queues[i] = None
+                    claimable.release()
                     break
                 else:
                     raise item
@@ -106,7 +122,6 @@ def ordered(units: Sequence, read: Callable[[object], Iterable], readers: int = 
         stop.set()
         for t in threads:
             t.join()
-
 
 #: threads a run needs before records are converted off the consumer's thread: two readers, the
 #: consumer and the converter (on 2 cores a converter only contends with the readers: 1M × 784
