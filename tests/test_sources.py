@@ -240,6 +240,24 @@ def test_read_ahead_gives_a_free_reader_the_next_unit_within_its_bound():
     assert who[0] not in (who[1], who[2], who[3])
     # the consumer's last item of unit c: its end may be taken, then units c + 1 .. c + 4
     assert all(u - c <= 4 for u, c in started)
+    # a slow consumer of units of many batches: a reader holds at most depth batches waiting
+    # plus the one it has decoded (counted when its unit yields it)
+    lock, ahead, most = threading.Lock(), [0], [0]
+
+    def many(u):
+        for j in range(5):
+            with lock:
+                ahead[0] += 1
+                most[0] = max(most[0], ahead[0])
+            yield u, j
+    got = []
+    for item in ordered(range(10), many, readers=3, depth=2):
+        with lock:  # taken: no longer the readers'
+            ahead[0] -= 1
+        time.sleep(0.002)
+        got.append(item)
+    assert got == [(u, j) for u in range(10) for j in range(5)]
+    assert 3 < most[0] <= 3 * (2 + 1)
 
 
 def test_conversion_ahead_keeps_the_order_and_the_sequential_errors():

@@ -6,11 +6,12 @@ beside the thread that converts and writes (1M × 384 float16 embeddings in 8 ro
 2 cores: the feature cache pass took 11.6 s with one reader, 6.2–8.2 s with two; 2026-12-05).
 A free reader takes the next unit (a reader is not tied to every ``readers``-th unit, so short
 units do not leave it idle while another decodes long ones); at most ``readers`` units are
-decoded ahead of the consumer's, each holding at most ``depth`` decoded batches the consumer
-has not taken plus the one being decoded.  :func:`readers` runs as many as the run has threads
-while their raw batches (two a reader) stay within ``RAW_BYTES`` a value of the bytes the memory plan counts for a batch
-(``base.memory.batch_bytes``: 32 a value), at least two; with one thread the consumer reads
-(no reader threads: ``--threads 1`` uses one core).  From 4 threads on :func:`converted` turns
+decoded ahead of the consumer's, and a reader holds at most ``depth`` decoded batches the
+consumer has not taken plus the one it is decoding.  :func:`readers` runs as many as the run
+has threads while their raw batches (two a reader) stay within ``RAW_BYTES`` a value of the
+bytes the memory plan counts for a batch (``base.memory.batch_bytes``: 32 a value), at least
+two; with one thread the consumer reads (no reader threads: ``--threads 1`` uses one core).
+From 4 threads on :func:`converted` turns
 the record batches into float32 on one or two of the run's threads (:func:`converters`; at
 most three such batches ahead of the consumer, 12 bytes a value).  Readers, converters and
 the consumer stay within the thread budget except at 2 threads (two readers and the consumer).
@@ -56,14 +57,13 @@ _ITEM, _END, _ERROR = 0, 1, 2
 
 def ordered(units: Sequence, read: Callable[[object], Iterable], readers: int = READERS,
             depth: int = 1) -> Iterator:
-    """Every item of ``read(unit)`` for each of ``units``, in order.  Each reader claims the
-    next unit not claimed yet when it is free, at most ``readers`` units past the one the
-    consumer is on (so a reader of short units does not wait while another decodes long ones,
-    and at the end the readers finish together); a unit's decoded items wait for the consumer,
-    ``depth`` of them at most.  So at most ``readers`` units are decoded ahead, each holding at
-    most ``depth`` decoded items plus the one its reader is decoding.  An exception in ``read``
-    is raised where the sequential loop would have raised it (after the items before it).
-    Closing the generator stops the readers (each finishes the batch it is decoding)."""
+    """Every item of ``read(unit)`` for each of ``units``, in order.  A free reader claims the
+    next unit (so a reader of short units does not wait while another decodes long ones, and at
+    the end the readers finish together), at most ``readers`` units past the one the consumer
+    is on; each reader's decoded items waiting for the consumer are at most ``depth`` (over its
+    units), so it holds at most ``depth`` of them plus the one it is decoding.  An exception in
+    ``read`` is raised where the sequential loop would have raised it (after the items before
+    it).  Closing the generator stops the readers (each finishes the batch it is decoding)."""
     units = list(units)
     readers = min(int(readers), len(units))
     if readers <= 1:
@@ -74,7 +74,10 @@ def ordered(units: Sequence, read: Callable[[object], Iterable], readers: int = 
     lock = threading.Lock()
     claimable = threading.Semaphore(readers + 1)  # units claimed and not yet consumed
     queues = [queue.SimpleQueue() for _ in units]  # unit i's items, then its end (or an error)
-    slots = [threading.Semaphore(depth) for _ in units]  # a unit's items waiting, at most depth
+    # a reader's items waiting, at most depth; a unit's end takes none (the reader goes on at
+    # once).  A reader's waiting items belong to units before the one it decodes, so the unit
+    # the consumer waits on never waits for a slot held by a later unit.
+    slots = [threading.Semaphore(depth) for _ in range(readers)]
     claimed = [0]
 
     def wait(sem) -> bool:
@@ -83,7 +86,7 @@ def ordered(units: Sequence, read: Callable[[object], Iterable], readers: int = 
                 return False
         return not stop.is_set()
 
-    def work():
+    def work(w):
         while wait(claimable):
             with lock:
                 i = claimed[0]
@@ -93,24 +96,24 @@ def ordered(units: Sequence, read: Callable[[object], Iterable], readers: int = 
                 return
             try:
                 for item in read(units[i]):
-                    if not wait(slots[i]):
+                    if not wait(slots[w]):
                         return
-                    queues[i].put((_ITEM, item))
-                queues[i].put((_END, None))  # takes no slot: the reader goes on at once
+                    queues[i].put((_ITEM, item, w))
+                queues[i].put((_END, None, w))
             except BaseException as e:  # noqa: BLE001 - handed to the consumer, raised there
-                queues[i].put((_ERROR, e))
+                queues[i].put((_ERROR, e, w))
                 return
 
-    threads = [threading.Thread(target=work, daemon=True, name=f"streamclust-read-{w}")
-               for w in range(readers)]
+    threads = [threading.Thread(target=work, args=(w,), daemon=True,
+                                name=f"streamclust-read-{w}") for w in range(readers)]
     for t in threads:
         t.start()
     try:
         for i in range(len(units)):
             while True:
-                kind, item = queues[i].get()
+                kind, item, w = queues[i].get()
                 if kind == _ITEM:
-                    slots[i].release()
+                    slots[w].release()
                     yield item
                 elif kind == _END:
                     queues[i] = None
@@ -122,6 +125,7 @@ def ordered(units: Sequence, read: Callable[[object], Iterable], readers: int = 
         stop.set()
         for t in threads:
             t.join()
+
 
 #: threads a run needs before records are converted off the consumer's thread: two readers, the
 #: consumer and the converter (on 2 cores a converter only contends with the readers: 1M × 784
