@@ -190,4 +190,7 @@ def info(data, features, exclude, as_json):
                if hasattr(src, "partition_values") and src.partition_columns else {}),
             "features": list(d.spec.columns), "n_features": d.n_features,
             "features_left_out": d.left_out,
+            **({"row_groups": len(src.row_group_rows),
+                "largest_row_group": max(src.row_group_rows, default=0)}
+               if hasattr(src, "row_group_rows") else {}),
             "cache_bytes": None if src.n_rows is None else src.n_rows * d.n_features * 4}, as_json)

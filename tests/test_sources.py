@@ -363,3 +363,34 @@ def test_one_thread_decodes_every_row_group_in_the_consumer(tmp_path, monkeypatc
         assert (names == {threading.main_thread().name}) == (threads == 1), names
     np.testing.assert_array_equal(caches[1], X)
     np.testing.assert_array_equal(caches[2], X)
+
+
+def test_few_large_row_groups_are_said_and_counted_by_info(tmp_path, monkeypatch):
+    """Fewer row groups than threads, one of them large: the read notes say that only so many
+    threads decode (a row group is decoded on one thread) and how to write the files; row
+    groups enough for the threads, or a small read, say nothing; ``info`` counts the row
+    groups."""
+    import json
+    from click.testing import CliRunner
+    from streamclust.base.threads import use_threads
+    from streamclust.cli import main
+    from streamclust.data import parquet
+    X = np.arange(3000 * 4, dtype=np.float32).reshape(3000, 4)
+    t = pa.table({"x": pa.FixedSizeListArray.from_arrays(pa.array(X.ravel()), 4)})
+    (tmp_path / "one").mkdir()
+    (tmp_path / "many").mkdir()
+    pq.write_table(t, tmp_path / "one" / "a.parquet")
+    pq.write_table(t, tmp_path / "many" / "a.parquet", row_group_size=500)
+    monkeypatch.setattr(parquet, "BIG_GROUP_ROWS", 1000)
+    monkeypatch.setattr(parquet, "BIG_READ_VALUES", 3000 * 4)
+    one, many = ParquetSource(str(tmp_path / "one")), ParquetSource(str(tmp_path / "many"))
+    with use_threads(4):
+        notes = one.read_notes(["x"])
+        assert len(notes) == 1 and "1 row group(s) of up to 3000 rows" in notes[0] \
+            and "at most 1 of the 4 threads" in notes[0] and "row_group_size" in notes[0]
+        assert many.read_notes(["x"]) == []  # 6 row groups for 4 threads
+        monkeypatch.setattr(parquet, "BIG_READ_VALUES", 3000 * 4 + 1)
+        assert one.read_notes(["x"]) == []  # too small a read to be worth a line
+    out = CliRunner().invoke(main, ["info", str(tmp_path / "many"), "--json"])
+    got = json.loads(out.output)
+    assert (got["row_groups"], got["largest_row_group"]) == (6, 500)

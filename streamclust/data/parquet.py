@@ -23,6 +23,10 @@ MIN_READAHEAD_BATCH = 1024
 DICT_HALF_SLOWER = "about 5x"
 #: float16 values below which the note is not worth a line (~1 s of dictionary decoding)
 DICT_HALF_MIN_VALUES = 1 << 24
+#: rows of a row group, and values of the feature columns, from which fewer row groups than
+#: threads is said (``read_notes``; 1M x 784 float32 decodes in ~5 s on one thread, 12-05)
+BIG_GROUP_ROWS = 262144
+BIG_READ_VALUES = 1 << 26
 
 
 def _dictionary_halffloat(md) -> dict:
@@ -88,18 +92,38 @@ class ParquetSource(Source):
         return {c: sorted({v.get(c) for v in self._parts.values}, key=lambda x: (x is None, x))
                 for c in self._parts.names}
 
+    @property
+    def row_group_rows(self) -> list[int]:
+        """The rows of every row group, file after file."""
+        return [r for groups in self._groups for r in groups]
+
     def read_notes(self, columns) -> list[str]:
         """A line for each of ``columns`` whose float16 values Parquet holds dictionary-encoded
         (pyarrow writes them so by default): pyarrow decodes them several times slower than plain
         ones (Arrow's dictionary path for FIXED_LEN_BYTE_ARRAY); said when the column holds at
-        least ``DICT_HALF_MIN_VALUES`` values, where it costs seconds."""
+        least ``DICT_HALF_MIN_VALUES`` values, where it costs seconds.  And a line when the
+        files hold fewer row groups than the run has threads, one of ``BIG_GROUP_ROWS`` rows or
+        more and ``BIG_READ_VALUES`` feature values in all: a row group is decoded on one
+        thread (pyarrow decodes a column chunk whole)."""
         slow = [c for c in columns for p, per_row in self._dict_half.items()
                 if (p == c or p.startswith(c + "."))
                 and per_row * self.n_rows >= DICT_HALF_MIN_VALUES]
-        return [f"{self.name}: column '{c}' holds float16 values dictionary-encoded (pyarrow's "
-                f"default when writing), which pyarrow decodes {DICT_HALF_SLOWER} slower than plain "
-                f"ones; files written with use_dictionary=False (or a list of the other columns) "
-                f"read faster" for c in slow]
+        notes = [f"{self.name}: column '{c}' holds float16 values dictionary-encoded (pyarrow's "
+                 f"default when writing), which pyarrow decodes {DICT_HALF_SLOWER} slower than "
+                 f"plain ones; files written with use_dictionary=False (or a list of the other "
+                 f"columns) read faster" for c in slow]
+        from ..base.threads import n_threads
+        groups, threads = self.row_group_rows, n_threads(-1)
+        width = sum(self.schema.field(c).type.list_size if pa.types.is_fixed_size_list(
+            self.schema.field(c).type) else 1 for c in columns if c in self.schema.names)
+        if groups and len(groups) < threads and max(groups) >= BIG_GROUP_ROWS and \
+                self.n_rows * width >= BIG_READ_VALUES:
+            notes.append(f"{self.name}: {len(groups)} row group(s) of up to {max(groups)} rows; "
+                         f"a row group is decoded on one thread, so at most {len(groups)} of the "
+                         f"{threads} threads decode; files written with row groups of about "
+                         f"128 000 rows (pq.write_table(..., row_group_size=131072)) read on "
+                         f"all of them")
+        return notes
 
     def _parquet(self, f):
         return pq.ParquetFile(f if self._fs is None else self._fs.open_input_file(f))
