@@ -391,6 +391,10 @@ def test_few_large_row_groups_are_said_and_counted_by_info(tmp_path, monkeypatch
         assert many.read_notes(["x"]) == []  # 6 row groups for 4 threads
         monkeypatch.setattr(parquet, "BIG_READ_VALUES", 3000 * 4 + 1)
         assert one.read_notes(["x"]) == []  # too small a read to be worth a line
+        monkeypatch.setattr(parquet, "BIG_READ_VALUES", 1)
+        cols = pa.table({f"c{j}": X[:, j] for j in range(4)})
+        pq.write_table(cols, tmp_path / "cols.parquet")  # columns: decoded in parallel
+        assert ParquetSource(str(tmp_path / "cols.parquet")).read_notes(["c0", "c1"]) == []
     out = CliRunner().invoke(main, ["info", str(tmp_path / "many"), "--json"])
     got = json.loads(out.output)
     assert (got["row_groups"], got["largest_row_group"]) == (6, 500)

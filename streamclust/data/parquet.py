@@ -103,8 +103,9 @@ class ParquetSource(Source):
         ones (Arrow's dictionary path for FIXED_LEN_BYTE_ARRAY); said when the column holds at
         least ``DICT_HALF_MIN_VALUES`` values, where it costs seconds.  And a line when the
         files hold fewer row groups than the run has threads, one of ``BIG_GROUP_ROWS`` rows or
-        more and ``BIG_READ_VALUES`` feature values in all: a row group is decoded on one
-        thread (pyarrow decodes a column chunk whole)."""
+        more and ``BIG_READ_VALUES`` feature values in all, in one list column: a row group's
+        column is decoded on one thread (Arrow decodes columns in parallel, a column chunk
+        whole)."""
         slow = [c for c in columns for p, per_row in self._dict_half.items()
                 if (p == c or p.startswith(c + "."))
                 and per_row * self.n_rows >= DICT_HALF_MIN_VALUES]
@@ -114,8 +115,8 @@ class ParquetSource(Source):
                  f"columns) read faster" for c in slow]
         from ..base.threads import n_threads
         groups, threads = self.row_group_rows, n_threads(-1)
-        width = sum(self.schema.field(c).type.list_size if pa.types.is_fixed_size_list(
-            self.schema.field(c).type) else 1 for c in columns if c in self.schema.names)
+        cols = [self.schema.field(c).type for c in columns if c in self.schema.names]
+        width = cols[0].list_size if len(cols) == 1 and pa.types.is_fixed_size_list(cols[0]) else 0
         if groups and len(groups) < threads and max(groups) >= BIG_GROUP_ROWS and \
                 self.n_rows * width >= BIG_READ_VALUES:
             notes.append(f"{self.name}: {len(groups)} row group(s) of up to {max(groups)} rows; "
