@@ -11,10 +11,10 @@ consumer has not taken plus the one it is decoding.  :func:`readers` runs as man
 has threads while their raw batches (two a reader) stay within ``RAW_BYTES`` a value of the
 bytes the memory plan counts for a batch (``base.memory.batch_bytes``: 32 a value), at least
 two; with one thread the consumer reads (no reader threads: ``--threads 1`` uses one core).
-From 4 threads on :func:`converted` turns
-the record batches into float32 on one or two of the run's threads (:func:`converters`; at
-most three such batches ahead of the consumer, 12 bytes a value).  Readers, converters and
-the consumer stay within the thread budget except at 2 threads (two readers and the consumer).
+From 4 threads on :func:`converted` turns the record batches into float32 on one or two of the
+run's threads (:func:`converters`; at most three such batches ahead of the consumer, 12 bytes
+a value).  Readers, converters and the consumer stay within the thread budget except at 2
+threads (two readers and the consumer).
 """
 from __future__ import annotations
 
