@@ -218,17 +218,19 @@ def test_read_ahead_gives_a_free_reader_the_next_unit_within_its_bound():
     """A reader free while another decodes a slow unit takes the next units (they were dealt
     round robin: reader 1 of 2 got units 1, 3, ... whatever unit 0 cost); the end of a unit
     does not wait for the consumer; never more than ``readers`` units past the consumer's are
-    read, nor more than ``depth`` items of a unit waiting."""
+    read, nor more than ``depth`` items of a reader waiting."""
     import threading
     import time
     from streamclust.data.readahead import ordered
-    who, started, consumer = {}, [], [0]
+    who, started, consumer, three = {}, [], [0], threading.Event()
 
     def read(u):
         who[u] = threading.get_ident()
         started.append((u, consumer[0]))
-        if u == 0:
-            time.sleep(0.4)
+        if u == 3:
+            three.set()
+        if u == 0:  # until unit 3 is taken (round robin: never, its reader is this one)
+            three.wait(5.0)
         return iter([(u, j) for j in range(1 if u < 4 else 3)])
     got = []
     for item in ordered(range(12), read, readers=3, depth=2):
