@@ -18,6 +18,7 @@ threads (two readers and the consumer).
 """
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
 from typing import Callable, Iterable, Iterator, Sequence
@@ -71,14 +72,13 @@ def ordered(units: Sequence, read: Callable[[object], Iterable], readers: int = 
             yield from read(u)
         return
     stop = threading.Event()
-    lock = threading.Lock()
+    claims = itertools.count()  # the next unit to claim (next() is atomic)
     claimable = threading.Semaphore(readers + 1)  # units claimed and not yet consumed
     queues = [queue.SimpleQueue() for _ in units]  # unit i's items, then its end (or an error)
     # a reader's items waiting, at most depth; a unit's end takes none (the reader goes on at
     # once).  A reader's waiting items belong to units before the one it decodes, so the unit
     # the consumer waits on never waits for a slot held by a later unit.
     slots = [threading.Semaphore(depth) for _ in range(readers)]
-    claimed = [0]
 
     def wait(sem) -> bool:
         while not sem.acquire(timeout=0.05):
@@ -88,9 +88,7 @@ def ordered(units: Sequence, read: Callable[[object], Iterable], readers: int = 
 
     def work(w):
         while wait(claimable):
-            with lock:
-                i = claimed[0]
-                claimed[0] += 1
+            i = next(claims)
             if i >= len(units):
                 claimable.release()
                 return
