@@ -87,6 +87,31 @@ def test_a_fit_runs_its_kernels_on_its_budget(tmp_path):
     assert (a.predict(X) == b.predict(X)).all()
 
 
+def test_the_graph_runs_its_kernels_on_its_budget(monkeypatch):
+    """``knn_graph(threads=1)``: the pass over the rows and the graph's kernels see one thread
+    (read where the rows' hash is taken, inside the build), BLAS one, and the graph is the one
+    of two threads (one cell either way); an invalid budget is refused before any pass."""
+    from streamclust.graph import cells
+    seen = []
+    real = cells.in_order
+
+    def spy(fn, items):
+        blas = max(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
+        seen.append((TH.n_threads(-1), numba.get_num_threads(), blas))
+        return real(fn, items)
+    monkeypatch.setattr(cells, "in_order", spy)
+    X = np.random.default_rng(0).normal(size=(3000, 6)).astype(np.float32)
+    a = streamclust.knn_graph(X, 5, threads=1)
+    assert seen and set(seen) == {(1, 1, 1)}
+    two = min(2, numba.config.NUMBA_NUM_THREADS)
+    seen.clear()
+    b = streamclust.knn_graph(X, 5, threads=two)
+    assert {s[:2] for s in seen} == {(two, two)}
+    np.testing.assert_array_equal(a.ids, b.ids)
+    with pytest.raises(ParameterError, match="threads"):
+        streamclust.knn_graph(X, 5, threads=0)
+
+
 def test_half_rows_widen_exactly_as_numpy_does():
     """Every float16 bit pattern (infinities, NaN, subnormals, -0) widens to numpy's float32, and
     rows gathered by id equal numpy's fancy index, from float16 and float32 rows."""

@@ -36,7 +36,7 @@ from ..base.progress import bar
 from ..data.cache import FeatureCache
 from ..errors import DataError, ParameterError
 from ..base.memory import budget, cell_row_bytes, check_batches, mib, worker_budgets, workers_of
-from ..base.threads import limit_blas, n_threads
+from ..base.threads import check_threads, limit_blas, n_threads, use_threads
 from .build import BuildState, extend_build, full_build
 from .cellbuild import PROBE_MIN_WIDTH, WIDEST
 from .index import KNNIndex
@@ -334,6 +334,7 @@ def knn_graph(data, n_neighbors: int = 5, *, features=None, exclude=None, work_d
             # checked before anything is written (the cache pass would leave a full cache)
             raise ParameterError(f"{name} must be an integer >= 1, got {v!r}")
     check_reference(n_neighbors, options.get("reference_rows", 0))
+    threads = check_threads(options.get("threads", -1))
     transform = row_transform(metric)
     d = open_data(data, features=features, on_invalid=on_invalid, exclude=exclude)
     from ..base.memory import batch_for  # half of what is left: the cells need the rest
@@ -354,7 +355,9 @@ def knn_graph(data, n_neighbors: int = 5, *, features=None, exclude=None, work_d
         created = False
     locked = False
     try:
-        with WorkDirLock(work_dir):  # one writer per directory: a fit or another graph waits
+        # one writer per directory (a fit or another graph waits); the run's thread budget
+        # for everything it starts (readers, numba kernels, the cells' tasks), as a fit's
+        with WorkDirLock(work_dir), use_threads(threads):
             locked = True  # from here on the directory is this run's to remove on failure
             show = progress is True
             with bar(show, total=d.n_rows, unit="rows", desc="reading", leave=False) as b:
