@@ -292,6 +292,27 @@ def test_renamed_shard_options_still_work_with_a_warning():
         streamclust.knn_graph(X, 4, cells=3)
 
 
+@pytest.mark.parametrize("option,word", [({"cell_rows": "many"}, "cell_rows must be an integer"),
+                                         ({"degree": -3}, "degree must be an integer >= 0"),
+                                         ({"cells": 3}, "unknown kNN option")])
+def test_a_bad_graph_option_is_refused_before_the_pass_over_the_rows(tmp_path, option, word):
+    """A graph option that is not an integer in range, or unknown, is a one-line error naming
+    it, from ``fit(knn_options=…)`` and ``knn_graph`` alike, raised before the feature cache is
+    written (before, the fit's came after the pass, and ``"many"`` as int()'s ValueError)."""
+    X, _ = make_blobs(n=600, k=3, d=4, seed=1)
+    data = write_parquet_dir(str(tmp_path / "d"), X.astype(np.float32), files=1)
+    for run in (lambda w: streamclust.fit(data, "slk", 3, features="embedding", work_dir=w,
+                                          knn_options=option, progress=False),
+                lambda w: streamclust.knn_graph(data, 4, features="embedding", work_dir=w,
+                                                **option)):
+        work = tmp_path / "w"
+        work.mkdir()
+        with pytest.raises(ParameterError, match=word):
+            run(str(work))
+        assert os.listdir(work) == []
+        work.rmdir()
+
+
 def test_changed_old_rows_force_a_full_rebuild(tmp_path):
     X, _ = make_blobs(n=1200, k=4, d=5, seed=6)
     work = str(tmp_path / "w")

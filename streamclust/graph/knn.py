@@ -168,15 +168,22 @@ def check_reference(k: int, reference) -> None:
                              f"are searched among that many rows), got {reference}")
 
 
-def _settings(cache, n_neighbors, options, executor, batch_size):
-    n, dim = cache.n_rows, cache.n_features
-    if isinstance(n_neighbors, bool) or int(n_neighbors) < 1:
-        raise ParameterError(f"n_neighbors must be >= 1, got {n_neighbors!r}")
-    k = int(n_neighbors)
+def renamed(options: dict, stacklevel: int) -> dict:
+    """``options`` with the names of the sharded layout's settings replaced (a warning each,
+    ``stacklevel`` counted from here, as warnings.warn counts it)."""
+    options = dict(options)
     for old, new in (("shard_rows", "cell_rows"), ("min_shard_rows", "min_cell_rows")):
-        if old in options:  # the settings of the sharded layout, renamed
-            warnings.warn(f"kNN option {old!r} is now {new!r}", FutureWarning, stacklevel=4)
+        if old in options:
+            warnings.warn(f"kNN option {old!r} is now {new!r}", FutureWarning, stacklevel=stacklevel)
             options.setdefault(new, options.pop(old))
+    return options
+
+
+def check_options(options: dict) -> dict:
+    """The graph's options (:func:`build_graph`'s, :func:`renamed`) with their defaults,
+    checked: a one-line :class:`ParameterError` naming an unknown option or one that is not an
+    integer within its range.  The engine and :func:`knn_graph` call it before their first
+    pass, so a bad option costs no pass over the rows."""
     o = dict(cell_rows=0, degree=0, max_candidates=0, entries=1024, ef=0, M=16,
              ef_construction=100, seed=0, threads=-1, min_cell_rows=10_000, max_probes=4,
              memory_limit=None, reference_rows=0)
@@ -186,10 +193,19 @@ def _settings(cache, n_neighbors, options, executor, batch_size):
     o.update(options)
     for name, low in (("cell_rows", 0), ("M", 2), ("ef_construction", 1), ("min_cell_rows", 1),
                       ("max_probes", 0), ("ef", 0), ("reference_rows", 0), ("degree", 0),
-                      ("max_candidates", 0), ("entries", 1)):
+                      ("max_candidates", 0), ("entries", 1), ("seed", 0)):
         v = o[name]
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
             raise ParameterError(f"{name} must be an integer >= {low}, got {v!r}")
+    return o
+
+
+def _settings(cache, n_neighbors, options, executor, batch_size):
+    n, dim = cache.n_rows, cache.n_features
+    if isinstance(n_neighbors, bool) or int(n_neighbors) < 1:
+        raise ParameterError(f"n_neighbors must be >= 1, got {n_neighbors!r}")
+    k = int(n_neighbors)
+    o = check_options(renamed(options, 4))  # the warning at build_graph's caller
     if k >= n:
         raise DataError(f"{n} rows: cannot find {k} neighbours per row (need at least k + 1 rows)")
     reference = int(o["reference_rows"]) if o["reference_rows"] < n else 0  # 0: every row
@@ -340,12 +356,12 @@ def knn_graph(data, n_neighbors: int = 5, *, features=None, exclude=None, work_d
     from ..base.memory import batch_for  # half of what is left: the cells need the rest
     batch_size = batch_for(batch_size, d.n_rows, d.n_features, options.get("memory_limit"),
                            share=0.5)
-    if all(isinstance(options.get(o, 1), int) for o in ("cell_rows", "degree", "max_candidates")):
-        # the budget checked before the cache pass (build_graph checks again, with every option)
-        fit_cells(options.get("memory_limit"), options.get("cell_rows", 0),
-                  n_threads(options.get("threads", -1)), d.n_features, options.get("degree", 0),
-                  n_neighbors, min(batch_size, d.n_rows) if d.n_rows else batch_size,
-                  options.get("max_candidates", 0), workers_of(options.get("executor")))
+    # the options and the budget checked before the cache pass (build_graph checks again)
+    options = renamed(options, 3)
+    o = check_options({k: v for k, v in options.items() if k != "executor"})
+    fit_cells(o["memory_limit"], o["cell_rows"], n_threads(o["threads"]), d.n_features,
+              o["degree"], n_neighbors, min(batch_size, d.n_rows) if d.n_rows else batch_size,
+              o["max_candidates"], workers_of(options.get("executor")))
     owned = work_dir is None
     work_dir = tempfile.mkdtemp(prefix="streamclust-knn-") if owned else work_dir
     try:  # made here (atomically: of two runs at once, one makes it), or there already

@@ -79,13 +79,13 @@ def plan_run(memory_limit, algo, req, n_features, batch_size, knn_options, rows,
     cell_rows = None
     if k:
         from ..base.threads import n_threads
-        from ..graph.knn import check_reference, fit_cells
+        from ..graph.knn import check_options, check_reference, fit_cells, renamed
+        opts = renamed(opts, 5)
+        o = check_options(opts)  # a bad option costs no pass over the rows
         check_reference(k, opts.get("reference_rows", req.knn_reference))
         opts["memory_limit"] = budget(opts["memory_limit"]) if "memory_limit" in opts else limit
-        cell_rows = fit_cells(opts["memory_limit"], int(opts.get("cell_rows", 0)),
-                              n_threads(opts.get("threads", -1)), n_features,
-                              int(opts.get("degree", 0)), k, batch,
-                              int(opts.get("max_candidates", 0)), workers)
+        cell_rows = fit_cells(opts["memory_limit"], o["cell_rows"], n_threads(o["threads"]),
+                              n_features, o["degree"], k, batch, o["max_candidates"], workers)
     plan = plan_parts(limit, algo, req, batch, n_features, rows, cell_rows, held)
     log.debug("%s", plan.describe())
     return opts, plan, batch_size
