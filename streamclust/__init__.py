@@ -9,7 +9,7 @@ _EXPORTS = {
     "EpochReport": "algorithm", "Param": "algorithm", "Requirements": "algorithm",
     "DataError": "errors", "ModelError": "errors", "ParameterError": "errors",
     "PluginError": "errors", "StreamclustError": "errors", "fit": "run.engine",
-    "KNNGraph": "graph.result", "knn_graph": "graph.knn", "load_graph": "graph.result", "Model": "model.fitted",
+    "KNNGraph": "graph.result", "knn_graph": "run.graph_job", "load_graph": "graph.result", "Model": "model.fitted",
     "load_model": "model.fitted", "PluginHost": "plugins", "open_data": "data.sources",
     "Source": "data.sources", "lake": "data.formats",
     "Context": "run.context", "update": "run.update",

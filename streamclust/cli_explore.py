@@ -103,7 +103,8 @@ def graph(data, neighbors, features, exclude, scale, metric, cache_dtype, out, c
     import os
     import time
     from .base.progress import enabled
-    from .graph.knn import KNN_DIR, knn_graph
+    from .graph.knn import KNN_DIR
+    from .run.graph_job import knn_graph
     from .graph.result import check_edges_path
     if edges is not None:
         check_edges_path(edges, overwrite)  # before the first pass

@@ -100,7 +100,7 @@ def test_graph_takes_the_work_directory_lock(tmp_path):
     """A graph build beside another writer of the directory (a fit, another graph) is refused
     with the holder named, and the directory's files are left as they were."""
     from streamclust.base.workdir import WorkDirLock
-    from streamclust.graph.knn import knn_graph
+    from streamclust.run.graph_job import knn_graph
     _, data = _graph_data(tmp_path, 500)
     work = tmp_path / "w"
     work.mkdir()

@@ -127,7 +127,7 @@ def test_cli_graph_counts_its_rows_into_bars_and_takes_quiet(tmp_path, blob_dir,
     then its boundaries) as bars on a terminal, each ending at its total; ``-q`` hides them;
     the neighbours are brute force's either way."""
     import streamclust.base.progress as progress
-    import streamclust.graph.knn as knn
+    import streamclust.run.graph_job as graph_job
     X, _ = blobs
     bars = []
 
@@ -139,7 +139,7 @@ def test_cli_graph_counts_its_rows_into_bars_and_takes_quiet(tmp_path, blob_dir,
         def update(self, n=1):
             self.rows += n
 
-    monkeypatch.setattr(knn, "bar", lambda show, total, **kw: Recorder(show, total))
+    monkeypatch.setattr(graph_job, "bar", lambda show, total, **kw: Recorder(show, total))
     monkeypatch.setattr(progress, "_terminal", lambda: True)  # (CliRunner's stderr is none)
     d2 = ((X[:, None, :] - X[None, :, :]) ** 2).sum(2)
     np.fill_diagonal(d2, np.inf)

@@ -25,26 +25,21 @@ import hashlib
 import math
 import json
 import os
-import shutil
-import tempfile
 import warnings
 
 import numpy as np
 
 from ..base.atomic import atomic_json, atomic_save_npy
-from ..base.progress import bar
 from ..data.cache import FeatureCache
 from ..errors import DataError, ParameterError
 from ..base.memory import budget, cell_row_bytes, check_batches, mib, worker_budgets, workers_of
-from ..base.threads import check_threads, limit_blas, n_threads, use_threads
+from ..base.threads import limit_blas, n_threads
 from .build import BuildState, extend_build, full_build
 from .cellbuild import PROBE_MIN_WIDTH, WIDEST
 from .index import KNNIndex
 from .result import GRAPH_DIR, KNNGraph
 from .files import cell_path, remove_scratch
 from .hnsw import hnsw_cell
-from ..data.sources import open_data
-from ..data.transforms import row_transform
 
 KNN_DIR = GRAPH_DIR
 META = "knn.json"
@@ -161,7 +156,7 @@ def fit_cells(memory_limit, cell_rows: int, threads: int, dim: int, degree: int,
 
 def check_reference(k: int, reference) -> None:
     """A reference sample must hold more rows than the k neighbours searched in it (checked
-    before any pass by the engine and ``knn_graph``, and again with the rows)."""
+    before any pass by ``run.setup.plan_run``, and again with the rows)."""
     if isinstance(reference, (int, np.integer)) and not isinstance(reference, bool) \
             and 0 < reference <= k:
         raise ParameterError(f"reference_rows must exceed n_neighbors = {k} (a row's neighbours "
@@ -182,8 +177,8 @@ def renamed(options: dict, stacklevel: int) -> dict:
 def check_options(options: dict) -> dict:
     """The graph's options (:func:`build_graph`'s, :func:`renamed`) with their defaults,
     checked: a one-line :class:`ParameterError` naming an unknown option or one that is not an
-    integer within its range.  The engine and :func:`knn_graph` call it before their first
-    pass, so a bad option costs no pass over the rows."""
+    integer within its range.  ``run.setup.plan_run`` (a fit's, an update's, ``knn_graph``'s)
+    calls it before the first pass, so a bad option costs no pass over the rows."""
     o = dict(cell_rows=0, degree=0, max_candidates=0, entries=1024, ef=0, M=16,
              ef_construction=100, seed=0, threads=-1, min_cell_rows=10_000, max_probes=4,
              memory_limit=None, reference_rows=0)
@@ -325,72 +320,3 @@ def load_index(directory: str, threads: int = -1, progress=None) -> KNNIndex:
                 pass
     centres = np.load(os.path.join(directory, "centres.npy"), allow_pickle=False)
     return KNNIndex.load(paths, meta["n_features"], meta["ef"], threads, centres, lazy=False)
-
-
-def knn_graph(data, n_neighbors: int = 5, *, features=None, exclude=None, work_dir: str | None = None,
-              batch_size: int = 65536, on_invalid: str = "error", scale: str = "none",
-              metric: str = "euclidean", cache_dtype: str = "float32", progress=None,
-              **options) -> KNNGraph:
-    """The kNN graph of ``data`` (path, array, pyarrow data): ``.ids`` and ``.distances``.
-
-    ``work_dir`` keeps the feature cache, the hnswlib shards and the graph for reuse and for
-    appending rows later; without it they live in a temporary directory and the returned arrays
-    are in memory.  ``options``: those of :func:`build_graph`.  ``progress``: True shows bars on
-    stderr (the cache pass, then the graph: twice the rows, its cells then their boundaries), a
-    callable is called with the rows the graph has done (:func:`build_graph`).  ``features`` /
-    ``exclude`` / ``scale`` / ``metric``: as in :func:`streamclust.fit` (under ``cosine`` the
-    distances are those of the unit rows, ``sqrt(2 − 2 cos)``).  ``cache_dtype``: as in
-    :func:`streamclust.fit`.
-    """
-    from ..base import warmup
-    warmup.start()
-    from ..base.workdir import WorkDirLock
-    for name, v in (("n_neighbors", n_neighbors), ("batch_size", batch_size)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            # checked before anything is written (the cache pass would leave a full cache)
-            raise ParameterError(f"{name} must be an integer >= 1, got {v!r}")
-    check_reference(n_neighbors, options.get("reference_rows", 0))
-    threads = check_threads(options.get("threads", -1))
-    transform = row_transform(metric)
-    d = open_data(data, features=features, on_invalid=on_invalid, exclude=exclude)
-    from ..base.memory import batch_for  # half of what is left: the cells need the rest
-    batch_size = batch_for(batch_size, d.n_rows, d.n_features, options.get("memory_limit"),
-                           share=0.5)
-    # the options and the budget checked before the cache pass (build_graph checks again)
-    options = renamed(options, 3)
-    o = check_options({k: v for k, v in options.items() if k != "executor"})
-    fit_cells(o["memory_limit"], o["cell_rows"], n_threads(o["threads"]), d.n_features,
-              o["degree"], n_neighbors, min(batch_size, d.n_rows) if d.n_rows else batch_size,
-              o["max_candidates"], workers_of(options.get("executor")))
-    owned = work_dir is None
-    work_dir = tempfile.mkdtemp(prefix="streamclust-knn-") if owned else work_dir
-    try:  # made here (atomically: of two runs at once, one makes it), or there already
-        os.makedirs(work_dir)
-        created = not owned
-    except FileExistsError:
-        created = False
-    locked = False
-    try:
-        # one writer per directory (a fit or another graph waits); the run's thread budget
-        # for everything it starts (readers, numba kernels, the cells' tasks), as a fit's
-        with WorkDirLock(work_dir), use_threads(threads):
-            locked = True  # from here on the directory is this run's to remove on failure
-            show = progress is True
-            with bar(show, total=d.n_rows, unit="rows", desc="reading", leave=False) as b:
-                cache = FeatureCache.build(d, work_dir, batch_size, scale=scale,
-                                           transform=transform, dtype=cache_dtype,
-                                           progress=b.update if show else None)
-            with bar(show, total=2 * cache.n_rows, unit="rows", desc="kNN graph", leave=False) as b:
-                g = build_graph(cache, n_neighbors, os.path.join(work_dir, KNN_DIR),
-                                batch_size=batch_size, progress=b.update if show else progress or None,
-                                **options)
-            if owned:
-                g = KNNGraph(np.array(g.ids), np.array(g.distances), g.status, g.reference)
-            return g
-    except BaseException:
-        if created and locked:  # nothing of a failed first run is left behind (never the
-            shutil.rmtree(work_dir, ignore_errors=True)  # directory of the run holding the lock)
-        raise
-    finally:
-        if owned:
-            shutil.rmtree(work_dir, ignore_errors=True)

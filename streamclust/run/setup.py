@@ -56,7 +56,8 @@ def work_dir_of(stack: contextlib.ExitStack, work_dir: str | None) -> tuple[str,
 
 
 def plan_run(memory_limit, algo, req, n_features, batch_size, knn_options, rows, executor):
-    """The memory plan checked before any pass (``memory_limit`` parsed here, once): one batch;
+    """The memory plan checked before any pass (``memory_limit`` parsed here, once; ``algo``
+    None: the kNN graph as a run of its own, :mod:`.graph_job`): one batch;
     beside it the declared sample or coreset and what the algorithm holds (``Algorithm.memory``);
     the kNN graph's cells when the algorithm needs one (built before the algorithm starts).  On
     a distributed executor the passes' tasks and the cells run on its workers: each must also
@@ -93,10 +94,10 @@ def plan_run(memory_limit, algo, req, n_features, batch_size, knn_options, rows,
 
 def held_parts(algo, req, n_features, rows) -> list:
     """``(bytes, what, parameter)`` of the declared sample or coreset, then of what the
-    algorithm holds (``rows``: the data's, when known)."""
+    algorithm holds (``rows``: the data's, when known; no algorithm: a graph of its own)."""
     from ..base.memory import summary_parts
-    return summary_parts(req.sample, req.coreset, rows, n_features) + \
-        list(algo.memory(rows or max(req.sample, req.coreset), n_features))
+    held = [] if algo is None else algo.memory(rows or max(req.sample, req.coreset), n_features)
+    return summary_parts(req.sample, req.coreset, rows, n_features) + list(held)
 
 
 def plan_parts(limit, algo, req, batch_size, n_features, rows, cell_rows=None, held=None):
