@@ -88,9 +88,9 @@ def test_a_fit_runs_its_kernels_on_its_budget(tmp_path):
 
 
 def test_the_graph_runs_its_kernels_on_its_budget(monkeypatch):
-    """``knn_graph(threads=1)``: the pass over the rows and the graph's kernels see one thread
-    (read where the rows' hash is taken, inside the build), BLAS one, and the graph is the one
-    of two threads (one cell either way); an invalid budget is refused before any pass."""
+    """``knn_graph(threads=1)``: inside the build (read where the rows' hash is taken) the
+    run's budget, numba's threads and BLAS are one, as under ``use_threads`` for the whole run;
+    the graph is the one of two threads (one cell either way); an invalid budget is refused."""
     from streamclust.graph import cells
     seen = []
     real = cells.in_order
