@@ -72,7 +72,7 @@ def ordered(units: Sequence, read: Callable[[object], Iterable], readers: int = 
             yield from read(u)
         return
     stop = threading.Event()
-    claims = itertools.count()  # the next unit to claim (next() is atomic)
+    claims = itertools.count()  # the next unit to claim (next() is atomic under the GIL)
     claimable = threading.Semaphore(readers + 1)  # units claimed and not yet consumed
     queues = [queue.SimpleQueue() for _ in units]  # unit i's items, then its end (or an error)
     # a reader's items waiting, at most depth; a unit's end takes none (the reader goes on at
