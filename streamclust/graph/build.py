@@ -30,8 +30,8 @@ import numpy as np
 from ..base.atomic import atomic_save_npy
 from ..base.threads import use_threads
 from .cellbuild import build_cell
-from .cells import (assign, assigned_pairs, bucket, coarse_centres, count_pairs, n_cells,
-                    probe_pairs, probe_ratio)
+from .cells import (assign, assigned_pairs, bucket, clouds, coarse_centres, count_pairs,
+                    n_cells, probe_pairs, probe_ratio)
 from .files import assign_path, centres_path, read_result, reference_path
 from .lists import insert_rows, reverse_edges
 from .searches import SEARCH_BATCH, search_cell, search_own
@@ -88,27 +88,43 @@ def _lists(path_ids, path_d2, shape, fill=True):
 SPLIT_OVER, SPLIT_ROUNDS = 2.0, 3
 
 
-def _centres(X, n, settings, nt, assigned, batch_size, indexed=0):
-    """Centres with no empty cell and none over :data:`SPLIT_OVER` times ``cell_rows`` (up to
-    :data:`SPLIT_ROUNDS` splits), and the rows per cell (``assigned`` filled); the cells are
-    sized by the rows they index (``indexed``: the reference rows, when not all)."""
+def cell_limit(n, m, settings, nt) -> float:
+    """The most rows (of all ``n``; ``m`` of them indexed) a cell built beside others holds:
+    :data:`SPLIT_OVER` times ``cell_rows``, or with more threads than ``cell_rows`` asks cells
+    for, times the cells' own mean size, so that none holds the threads' build up alone (16
+    threads, 1M rows: 62 500 a cell, none over 125 000 rather than 200 000)."""
+    count = n_cells(m, settings["cell_rows"], nt, settings["min_cell_rows"])
+    size = settings["cell_rows"] if count == math.ceil(m / settings["cell_rows"]) else m / count
+    return SPLIT_OVER * size * n / m
+
+
+def _centres(X, n, settings, nt, assigned, batch_size, indexed=0, distributed=False):
+    """Centres with no empty cell and none over :func:`cell_limit` (up to
+    :data:`SPLIT_ROUNDS` splits), then cells that cut one cloud merged (:func:`.cells.clouds`;
+    up to ``nt`` times that limit, built alone on every thread; not on a ``distributed``
+    executor, whose workers build cells side by side), and the rows per cell (``assigned``
+    filled); the cells are sized by the rows they index (``indexed``: the reference rows,
+    when not all)."""
     m = indexed or n
     count = n_cells(m, settings["cell_rows"], nt, settings["min_cell_rows"])
     centres = coarse_centres(X, n, count, settings["seed"])
-    # a cell per thread (more threads than cell_rows asks for cells): their own size bounds
-    # them, so that none holds the threads' build up alone (16 threads, 1M rows: 62 500 a cell,
-    # none over 125 000 rather than 200 000); else cell_rows does (as on few threads)
-    size = settings["cell_rows"] if count == math.ceil(m / settings["cell_rows"]) else m / count
-    limit = SPLIT_OVER * size * n / m  # in rows of all
-    rounds = 0
+    limit = cell_limit(n, m, settings, nt)
+    rounds, merged, joined = 0, distributed, None
     while True:
         counts = assign(X, 0, n, centres, assigned, batch_size)
         if not counts.all():
             centres = centres[counts > 0]  # a centre no row is nearest to: dropped, rows reassigned
             continue
         big = np.flatnonzero(counts > limit)
-        if not len(big) or rounds == SPLIT_ROUNDS:
+        if merged and (not len(big) or rounds == SPLIT_ROUNDS or joined is not None):
             return centres, counts
+        if not len(big) or rounds == SPLIT_ROUNDS:
+            merged = True  # cells that cut one cloud: one cell, built alone (see clouds)
+            joined = clouds(X, n, (centres, assigned, counts), nt * limit, settings["seed"])
+            if joined is None:
+                return centres, counts
+            centres = joined
+            continue
         rounds += 1
         parts = [centres[np.setdiff1d(np.arange(len(centres)), big)]]
         for c in big:  # the cell's rows clustered into as many centres as it needs
@@ -167,14 +183,20 @@ def _own_cells(st, lists_out, first, assigned, start, stop, counts, kq, extend):
     cells = [int(c) for c in np.argsort(-counts, kind="stable") if counts[c]]  # largest first
     items = [(st.source, d, c, (path, int(offsets[c]), int(offsets[c + 1])), st.settings,
               bs, kq, extend) for c in cells]
-    if not extend and st.nt > 1 and not getattr(st.executor, "distributed", False):
+    if not getattr(st.executor, "distributed", False):
         # a cell of more rows than a thread's share (and ROUNDS_MIN_ROWS) would hold the other
-        # threads up: such cells first, one at a time on every thread (NN-descent in rounds)
-        share = max(int(counts.sum()) / st.nt, ROUNDS_MIN_ROWS)
+        # threads up, and one over the limit of cells built side by side (a cloud's, merged)
+        # fits the memory plan only alone: such cells first, one at a time on every thread
+        # (NN-descent in rounds; an extended cell on one)
+        share = max(int(counts.sum()) / st.nt, ROUNDS_MIN_ROWS) if st.nt > 1 and not extend \
+            else np.inf
+        alone = min(share, cell_limit(st.n, st.settings.get("reference_rows") or st.n,
+                                      st.settings, st.nt))
         with use_threads(st.nt, blas=None):
-            for item in (it for it in items if counts[it[2]] > share):
-                build_cell(*item, progress=st.progress, threads=st.nt)
-        items = [it for it in items if counts[it[2]] <= share]
+            for item in (it for it in items if counts[it[2]] > alone):
+                build_cell(*item, progress=st.progress,
+                           threads=st.nt if counts[item[2]] > share or not extend else 1)
+        items = [it for it in items if counts[it[2]] <= alone]
     _run(st.executor, st.nt, build_cell, items, [int(counts[it[2]]) for it in items],
          st.progress)
     results = [("own", c) for c in cells]
@@ -221,7 +243,8 @@ def full_build(st, out):
     if m:  # a uniform sample of m rows is indexed, every row searched among them
         ref = np.sort(np.random.default_rng([st.settings["seed"], 0x726566]).choice(n, m, replace=False))
         atomic_save_npy(reference_path(d), ref)
-    centres, counts = _centres(X, n, st.settings, st.nt, assigned, st.batch_size, m)
+    centres, counts = _centres(X, n, st.settings, st.nt, assigned, st.batch_size, m,
+                               getattr(st.executor, "distributed", False))
     st.centres = centres
     lists = _lists(*out, (n, k))
     t1 = time.perf_counter()
