@@ -584,3 +584,54 @@ def test_a_probe_starts_a_wide_cell_of_many_dimensions_with_long_lists(tmp_path,
     d = (Y[sample] ** 2).sum(1)[:, None] - 2 * Y[sample] @ Y.T + (Y ** 2).sum(1)[None]
     d[np.arange(len(sample)), sample] = np.inf
     assert _recall(g.ids[sample], np.argsort(d, 1)[:, :10]) >= 0.975
+
+
+def test_cells_that_cut_one_cloud_are_merged_and_built_alone(tmp_path):
+    """A cloud of 1 500 rows in 40 dimensions beside three small blobs of 3: k-means puts several
+    centres in the cloud, whose rows then find their nearest sampled rows across the cuts, so
+    its cells are merged into one (at most ``threads`` times the split limit: 2 × 800 rows),
+    no cell mixes cloud and blob rows, and the graph holds brute force's neighbours; with the
+    merge off the cloud stays cut."""
+    from streamclust.graph import cells as cl
+    rng = np.random.default_rng(11)
+    cloud = rng.normal(size=(1500, 40))
+    flat = np.zeros((1500, 40))
+    flat[:, :3] = rng.normal(scale=0.5, size=(1500, 3))
+    flat[:, 3] = 60.0 * (1 + np.arange(1500) % 3)
+    X = np.concatenate([cloud, flat]).astype(np.float32)
+    ids, _ = _exact(X, 10)
+
+    def members(work):
+        d = tmp_path / work / "knn"
+        return [np.load(d / f) for f in sorted(os.listdir(d)) if f.endswith(".rows.npy")]
+    kw = dict(cell_rows=400, min_cell_rows=100, threads=2)
+    g = streamclust.knn_graph(X, 10, work_dir=str(tmp_path / "g"), **kw)
+    cells = members("g")
+    holding = [c for c in cells if (c < 1500).any()]
+    assert len(holding) == 1 and len(holding[0]) >= 1500 and (holding[0] < 1500).all()
+    assert _recall(g.ids, ids) >= 0.99
+    saved = cl.CLOUD_SHARE
+    try:
+        cl.CLOUD_SHARE = 1.1
+        streamclust.knn_graph(X, 10, work_dir=str(tmp_path / "h"), **kw)
+    finally:
+        cl.CLOUD_SHARE = saved
+    assert sum((c < 1500).any() for c in members("h")) >= 2
+
+
+@pytest.mark.parametrize("width, rebuilt", [(36, True), (37, False), (39, False)])
+def test_a_widening_the_list_cap_leaves_under_four_entries_is_not_built(monkeypatch, width,
+                                                                       rebuilt):
+    """A cell whose sample finds too few of its k nearest is built again with longer lists, at
+    least 4 entries more and at most 4k: where 4k leaves fewer than 4 (37-39 of 40) the cell is
+    kept as it is rather than built again for 1-3 entries."""
+    from streamclust.graph import cellbuild, trees
+    builds = []
+    monkeypatch.setattr(trees, "forest_init", lambda X, lists, p: builds.append(lists[0].shape[1]))
+    monkeypatch.setattr(cellbuild, "_hits", lambda d2, kth: 0)  # nothing found: widen
+    X = np.random.default_rng(0).normal(size=(300, 8)).astype(np.float32)
+    lists = (np.zeros((300, width), np.int32), np.zeros((300, width), np.float32),
+             np.zeros((300, width), np.uint8))
+    ids, _ = cellbuild._widen(X, lists, {"k": 10}, np.random.default_rng(1),
+                              run=lambda *a: 1)
+    assert builds == ([40] if rebuilt else []) and ids.shape[1] == (40 if rebuilt else width)

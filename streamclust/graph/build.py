@@ -101,8 +101,9 @@ def cell_limit(n, m, settings, nt) -> float:
 def _centres(X, n, settings, nt, assigned, batch_size, indexed=0, distributed=False):
     """Centres with no empty cell and none over :func:`cell_limit` (up to
     :data:`SPLIT_ROUNDS` splits), then cells that cut one cloud merged (:func:`.cells.clouds`;
-    up to ``nt`` times that limit, built alone on every thread; not on a ``distributed``
-    executor, whose workers build cells side by side), and the rows per cell (``assigned``
+    up to the rows a cell built alone on every thread holds in memory, ``solo_rows``; not on a
+    ``distributed`` executor, whose workers build cells side by side), and the rows per cell
+    (``assigned``
     filled); the cells are sized by the rows they index (``indexed``: the reference rows,
     when not all)."""
     m = indexed or n
@@ -120,7 +121,8 @@ def _centres(X, n, settings, nt, assigned, batch_size, indexed=0, distributed=Fa
             return centres, counts
         if not len(big) or rounds == SPLIT_ROUNDS:
             merged = True  # cells that cut one cloud: one cell, built alone (see clouds)
-            joined = clouds(X, n, (centres, assigned, counts), nt * limit, settings["seed"])
+            cap = max(nt * limit, settings.get("solo_rows", 0) * n / m)  # in rows of all
+            joined = clouds(X, n, (centres, assigned, counts), cap, settings["seed"])
             if joined is None:
                 return centres, counts
             centres = joined

@@ -154,6 +154,14 @@ def fit_cells(memory_limit, cell_rows: int, threads: int, dim: int, degree: int,
     return int(cell_rows)
 
 
+def solo_rows(memory_limit, dim: int, degree: int, k: int, batch_size: int,
+              max_candidates: int = 0) -> int:
+    """The most rows one cell built alone (every thread on it) holds within ``memory_limit``
+    beside the process and a batch: the cells that cut one cloud are merged up to it
+    (:func:`.cells.clouds`)."""
+    return 2 * fit_cells(memory_limit, 1 << 40, 1, dim, degree, k, batch_size, max_candidates)
+
+
 def check_reference(k: int, reference) -> None:
     """A reference sample must hold more rows than the k neighbours searched in it (checked
     before any pass by ``run.setup.plan_run``, and again with the rows)."""
@@ -218,7 +226,8 @@ def _settings(cache, n_neighbors, options, executor, batch_size):
             "cell_rows": cell_rows,
             "min_cell_rows": int(o["min_cell_rows"]), "max_probes": int(o["max_probes"]),
             "seed": int(o["seed"]), "threads": n_threads(threads), "layout": _LAYOUT,
-            "reference_rows": reference}
+            "reference_rows": reference,
+            "solo_rows": solo_rows(o["memory_limit"], dim, degree, k, min(batch_size, n), mc)}
 
 
 def build_graph(cache: FeatureCache, n_neighbors: int, directory: str, *, batch_size: int = 65536,
