@@ -200,10 +200,10 @@ def _widen(Xc, lists, settings, rng, sample=200, run=None, init=None):
 #: of ``PROBE_ROWS`` of its rows (drawn with ``PROBE_KEY`` in the seed, apart from the build's
 #: own draws): the share of their k nearest it misses grows with the rows about as
 #: ``m ** PROBE_GROWTH`` (384-wide embedding cells, 2 000 - 27 000 rows; Gaussian data of 24-48
-#: dimensions: within a factor 2), and when the cell's miss foreseen so passes twice
-#: 1 - CELL_RECALL its lists start as long as :func:`_wider` says, instead of being built short
-#: and again (below that the probe's few misses foretell too little: a 96 000-row cell whose
-#: probe missed 0.004 was foreseen 0.024 and found 0.98 with lists of 12)
+#: dimensions: within a factor 2), and when the cell's miss foreseen so passes 1 - CELL_RECALL
+#: its lists start as long as :func:`_wider` says, instead of being built short and again
+#: (twice that before: of 4M embeddings' cells foreseen 0.022-0.040, six of seven then found
+#: 0.915-0.966 with lists of 12 and were built again; digits' cells foresee at most 0.011)
 PROBE_ROWS, PROBE_GROWTH, PROBE_KEY = 5000, 0.45, 0x70726F6265
 #: rows wider than this are probed; lists grow to at most ``WIDEST · k`` (the memory plan,
 #: ``graph.knn.fit_cells``, counts that width for probed rows)
@@ -212,7 +212,7 @@ PROBE_MIN_WIDTH, WIDEST = 128, 4
 
 def _start_width(Xc, settings, key, sample=200):
     """The list length a cell's build starts with: ``degree``, or longer where a probe (see
-    :data:`PROBE_ROWS`) foresees lists of ``degree`` missing more than twice 1 - CELL_RECALL."""
+    :data:`PROBE_ROWS`) foresees lists of ``degree`` missing more than 1 - CELL_RECALL."""
     from .descent import descent, random_init
     from .trees import forest_init
     m, kb, k = len(Xc), settings["degree"], settings["k"]
@@ -230,7 +230,7 @@ def _start_width(Xc, settings, key, sample=200):
     kth = _kth_exact(P, rows, k)
     found = _hits(lists[1][rows, :k], kth) / (len(rows) * k)
     miss = (1.0 - found) * (m / PROBE_ROWS) ** PROBE_GROWTH
-    wide = kb if miss <= 2 * (1.0 - CELL_RECALL) else _wider(kb, k, miss)
+    wide = kb if miss <= 1.0 - CELL_RECALL else _wider(kb, k, miss)
     log.debug("kNN cell of %d rows: a probe of %d misses %.3f with lists of %d, the cell %.3f "
               "foreseen: lists of %d", m, PROBE_ROWS, 1.0 - found, kb, miss, wide)
     return wide
