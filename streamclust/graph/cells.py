@@ -78,32 +78,35 @@ def clouds(X, n: int, cells, cap: float, seed: int):
         D[np.arange(len(Q)), q[a:a + 512]] = np.inf
         return D.argmin(1)
     near = np.concatenate(list(in_order(nearest, range(0, len(q), 512))))
-    F = np.zeros((C, C))
-    np.add.at(F, (own[q], own[near]), 1.0)
-    F /= np.maximum(F.sum(1, keepdims=True), 1.0)
-    share = (F + F.T) / 2
-    np.fill_diagonal(share, 0.0)
+    a, b = own[q], own[near]
+    per = np.bincount(a, minlength=C).astype(np.float64)  # sampled rows of each cell
+    cross = a != b  # the pairs of cells sampled rows cross between (sparse: C may be large)
+    pairs, hits = np.unique(np.stack([a[cross], b[cross]]), axis=1, return_counts=True)
+    share = {}
+    for (i, j), h in zip(pairs.T.tolist(), hits.tolist()):
+        key = (min(i, j), max(i, j))
+        share[key] = share.get(key, 0.0) + h / per[i] / 2
     parent, size = np.arange(C), np.asarray(counts, np.int64).copy()
 
     def root(i):
         while parent[i] != i:
             i = parent[i]
         return i
-    for flat in np.argsort(-share, axis=None, kind="stable"):
-        i, j = divmod(int(flat), C)
-        if share[i, j] < CLOUD_SHARE:
+    for (i, j), sh in sorted(share.items(), key=lambda kv: (-kv[1], kv[0])):
+        if sh < CLOUD_SHARE:
             break
-        a, b = root(i), root(j)
-        if a != b and size[a] + size[b] <= cap:
-            parent[max(a, b)] = min(a, b)
-            size[min(a, b)] += size[max(a, b)]
-    groups = np.array([root(i) for i in range(C)])
-    if len(np.unique(groups)) == C:
+        ra, rb = root(i), root(j)
+        if ra != rb and size[ra] + size[rb] <= cap:
+            parent[max(ra, rb)] = min(ra, rb)
+            size[min(ra, rb)] += size[max(ra, rb)]
+    keep, group = np.unique([root(i) for i in range(C)], return_inverse=True)
+    if len(keep) == C:
         return None
-    keep = np.unique(groups)
     w = np.asarray(counts, np.float64)
-    return np.stack([(centres[groups == g] * w[groups == g, None]).sum(0) / w[groups == g].sum()
-                     for g in keep])
+    joined, weight = np.zeros((len(keep), centres.shape[1])), np.zeros(len(keep))
+    np.add.at(joined, group, centres * w[:, None])
+    np.add.at(weight, group, w)
+    return joined / weight[:, None]
 
 
 def sqdist_to(Xb, centres, c_sq):
