@@ -103,9 +103,8 @@ def _centres(X, n, settings, nt, assigned, batch_size, indexed=0, distributed=Fa
     :data:`SPLIT_ROUNDS` splits), then cells that cut one cloud merged (:func:`.cells.clouds`;
     up to the rows a cell built alone on every thread holds in memory, ``solo_rows``; not on a
     ``distributed`` executor, whose workers build cells side by side), and the rows per cell
-    (``assigned``
-    filled); the cells are sized by the rows they index (``indexed``: the reference rows,
-    when not all)."""
+    (``assigned`` filled); the cells are sized by the rows they index (``indexed``: the
+    reference rows, when not all)."""
     m = indexed or n
     count = n_cells(m, settings["cell_rows"], nt, settings["min_cell_rows"])
     centres = coarse_centres(X, n, count, settings["seed"])

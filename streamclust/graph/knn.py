@@ -227,7 +227,8 @@ def _settings(cache, n_neighbors, options, executor, batch_size):
             "min_cell_rows": int(o["min_cell_rows"]), "max_probes": int(o["max_probes"]),
             "seed": int(o["seed"]), "threads": n_threads(threads), "layout": _LAYOUT,
             "reference_rows": reference,
-            "solo_rows": solo_rows(o["memory_limit"], dim, degree, k, min(batch_size, n), mc)}
+            "solo_rows": 0 if getattr(executor, "distributed", False) else  # (not joined there)
+            solo_rows(o["memory_limit"], dim, degree, k, min(batch_size, n), mc)}
 
 
 def build_graph(cache: FeatureCache, n_neighbors: int, directory: str, *, batch_size: int = 65536,
