@@ -589,7 +589,7 @@ def test_a_probe_starts_a_wide_cell_of_many_dimensions_with_long_lists(tmp_path,
 def test_cells_that_cut_one_cloud_are_merged_and_built_alone(tmp_path):
     """A cloud of 1 500 rows in 40 dimensions beside three small blobs of 3: k-means puts several
     centres in the cloud, whose rows then find their nearest sampled rows across the cuts, so
-    its cells are merged into one (at most ``threads`` times the split limit: 2 × 800 rows),
+    its cells are merged into one (at most the rows one cell built alone fits in memory),
     no cell mixes cloud and blob rows, and the graph holds brute force's neighbours; with the
     merge off the cloud stays cut."""
     from streamclust.graph import cells as cl

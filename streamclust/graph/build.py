@@ -109,30 +109,30 @@ def _centres(X, n, settings, nt, assigned, batch_size, indexed=0, distributed=Fa
     count = n_cells(m, settings["cell_rows"], nt, settings["min_cell_rows"])
     centres = coarse_centres(X, n, count, settings["seed"])
     limit = cell_limit(n, m, settings, nt)
-    rounds, merged, joined = 0, distributed, None
-    while True:
-        counts = assign(X, 0, n, centres, assigned, batch_size)
-        if not counts.all():
-            centres = centres[counts > 0]  # a centre no row is nearest to: dropped, rows reassigned
-            continue
+    for rounds in range(1, SPLIT_ROUNDS + 2):
+        centres, counts = _assigned(X, n, centres, assigned, batch_size)
         big = np.flatnonzero(counts > limit)
-        if merged and (not len(big) or rounds == SPLIT_ROUNDS or joined is not None):
-            return centres, counts
-        if not len(big) or rounds == SPLIT_ROUNDS:
-            merged = True  # cells that cut one cloud: one cell, built alone (see clouds)
-            cap = max(nt * limit, settings.get("solo_rows", 0) * n / m)  # in rows of all
-            joined = clouds(X, n, (centres, assigned, counts), cap, settings["seed"])
-            if joined is None:
-                return centres, counts
-            centres = joined
-            continue
-        rounds += 1
+        if not len(big) or rounds > SPLIT_ROUNDS:
+            break
         parts = [centres[np.setdiff1d(np.arange(len(centres)), big)]]
         for c in big:  # the cell's rows clustered into as many centres as it needs
             rows = np.flatnonzero(np.asarray(assigned) == c)
             parts.append(coarse_centres(X, len(rows), int(np.ceil(counts[c] / (limit / SPLIT_OVER))),
                                         settings["seed"] + rounds, rows=rows))
         centres = np.concatenate(parts)
+    joined = None if distributed else clouds(X, n, (centres, assigned, counts),
+                                             settings["solo_rows"] * n / m, settings["seed"])
+    return (centres, counts) if joined is None else _assigned(X, n, joined, assigned, batch_size)
+
+
+def _assigned(X, n, centres, assigned, batch_size):
+    """Every row assigned to its nearest of ``centres`` (``assigned`` filled), a centre no row is
+    nearest to dropped (its rows assigned again); the centres and the rows per cell."""
+    while True:
+        counts = assign(X, 0, n, centres, assigned, batch_size)
+        if counts.all():
+            return centres, counts
+        centres = centres[counts > 0]
 
 
 def _search_cells(st, lists_out, first, assigned, start, stop, kq):
@@ -195,8 +195,7 @@ def _own_cells(st, lists_out, first, assigned, start, stop, counts, kq, extend):
                                       st.settings, st.nt))
         with use_threads(st.nt, blas=None):
             for item in (it for it in items if counts[it[2]] > alone):
-                build_cell(*item, progress=st.progress,
-                           threads=st.nt if counts[item[2]] > share or not extend else 1)
+                build_cell(*item, progress=st.progress, threads=1 if extend else st.nt)
         items = [it for it in items if counts[it[2]] <= alone]
     _run(st.executor, st.nt, build_cell, items, [int(counts[it[2]]) for it in items],
          st.progress)

@@ -182,7 +182,7 @@ def _widen(Xc, lists, settings, rng, sample=200, run=None, init=None):
             return ids, d2
         w = _wider(ids.shape[1], k, 1.0 - found)
         if w < ids.shape[1] + 4:  # 4k leaves less than the smallest step: a whole build for
-            return ids, d2  # 1-3 entries more (a 392 424-row topic's cell: 39 -> 40 cost ~50 s)
+            return ids, d2  # 1-3 entries more (a 392 424-row topic's cell: 39 -> 40 cost ~37 s)
         log.debug("kNN cell of %d rows: %.3f of the k nearest found with lists of %d; %d next",
                   m, found, ids.shape[1], w)
         wide = (np.full((m, w), -1, np.int32), np.full((m, w), np.inf, np.float32),
