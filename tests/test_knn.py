@@ -464,6 +464,23 @@ def test_reference_rows_of_at_least_the_data_is_the_ordinary_graph(tmp_path):
         streamclust.knn_graph(X, 4, reference_rows=3)
 
 
+def test_cells_smaller_than_a_row_and_its_neighbours_are_refused_before_any_pass(tmp_path):
+    """cell_rows ≤ k is refused in one line, the cache not built; k + 1 (the smallest cells
+    allowed) still finds the neighbours brute force finds."""
+    X, _ = make_blobs(n=400, k=4, d=6, seed=3)
+    work = str(tmp_path / "w")
+    for bad in (1, 5):
+        with pytest.raises(ParameterError, match=f"cell_rows must be 0 .* n_neighbors = 5.* got {bad}"):
+            streamclust.knn_graph(X, 5, cell_rows=bad, work_dir=work)
+        assert not os.path.exists(os.path.join(work, "features.f32"))
+    g = streamclust.knn_graph(X, 5, cell_rows=6, min_cell_rows=1, work_dir=work)
+    D = ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1)
+    np.fill_diagonal(D, np.inf)
+    truth = np.argsort(D, 1)[:, :5]
+    recall = np.mean([len(set(truth[i]) & set(g.ids[i])) / 5 for i in range(len(X))])
+    assert recall >= 0.95
+
+
 def test_appended_rows_grow_the_reference_sample_at_its_rate(tmp_path):
     """An extension draws the sample's share of the new rows into it (10 % here, as of the old
     rows); new rows find their nearest among the grown sample, old sampled rows take new sampled

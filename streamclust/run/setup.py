@@ -80,10 +80,12 @@ def plan_run(memory_limit, algo, req, n_features, batch_size, knn_options, rows,
     cell_rows = None
     if k:
         from ..base.threads import n_threads
-        from ..graph.knn import check_options, check_reference, fit_cells, renamed
+        from ..graph.knn import (check_cell_rows, check_options, check_reference, fit_cells,
+                                 renamed)
         opts = renamed(opts, 5)
         o = check_options(opts)  # a bad option costs no pass over the rows
         check_reference(k, opts.get("reference_rows", req.knn_reference))
+        check_cell_rows(k, o["cell_rows"])
         opts["memory_limit"] = budget(opts["memory_limit"]) if "memory_limit" in opts else limit
         cell_rows = fit_cells(opts["memory_limit"], o["cell_rows"], n_threads(o["threads"]),
                               n_features, o["degree"], k, batch, o["max_candidates"], workers)
