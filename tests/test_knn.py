@@ -627,13 +627,41 @@ def test_cells_that_cut_one_cloud_are_merged_and_built_alone(tmp_path):
     holding = [c for c in cells if (c < 1500).any()]
     assert len(holding) == 1 and len(holding[0]) >= 1500 and (holding[0] < 1500).all()
     assert _recall(g.ids, ids) >= 0.99
-    saved = cl.CLOUD_SHARE
+    saved = cl.CLOUD_SHARE, cl.PIECE_SHARE
     try:
-        cl.CLOUD_SHARE = 1.1
+        cl.CLOUD_SHARE = cl.PIECE_SHARE = 1.1
         streamclust.knn_graph(X, 10, work_dir=str(tmp_path / "h"), **kw)
     finally:
-        cl.CLOUD_SHARE = saved
+        cl.CLOUD_SHARE, cl.PIECE_SHARE = saved
     assert sum((c < 1500).any() for c in members("h")) >= 2
+
+
+def test_a_cloud_cut_in_many_cells_is_gathered_into_groups_within_the_cap():
+    """Eight cells of one cloud, 70 % of each one's sampled rows finding their nearest in the
+    seven others (0.10 a pair: under CLOUD_SHARE, so no pair alone would be joined), and two
+    cells of separate topics crossing 1 % to each other: the eight gather into two groups of
+    four (the cap: four cells' rows), the two stay alone; at PIECE_SHARE 0.2 nothing is joined."""
+    from streamclust.graph import cells as cl
+    a, b = [], []
+    for c in range(8):  # 700 rows, 70 of them finding theirs in each other piece, 300 at home
+        a += [c] * 1000
+        b += [c] * 300 + [o for o in range(8) if o != c for _ in range(100)]
+    for c, o in ((8, 9), (9, 8)):
+        a += [c] * 1000
+        b += [c] * 990 + [o] * 10
+    a, b = np.array(a), np.array(b)
+    size = np.full(10, 1000)
+    group = cl._gather(a, b, size, cap=4000)
+    groups = sorted(sorted(np.flatnonzero(group == g).tolist()) for g in np.unique(group))
+    assert sorted(len(g) for g in groups) == [1, 1, 4, 4] and [8] in groups and [9] in groups
+    assert sorted(sum((g for g in groups if len(g) == 4), [])) == list(range(8))
+    assert cl._gather(a, b, size, cap=1999) is None  # no two fit the cap
+    saved = cl.PIECE_SHARE
+    try:
+        cl.PIECE_SHARE = 0.2
+        assert cl._gather(a, b, size, cap=4000) is None
+    finally:
+        cl.PIECE_SHARE = saved
 
 
 @pytest.mark.parametrize("width, rebuilt", [(36, True), (37, False), (39, False)])

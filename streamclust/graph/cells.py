@@ -47,6 +47,14 @@ def coarse_centres(X, n: int, count: int, seed: int, rows=None) -> np.ndarray:
 #: sampled: a 384-wide embedding topic of 117 000 rows cut into three cells, 0.20-0.21 a pair;
 #: 784-wide digits in seven cells, at most 0.07; separate topics, 0.00-0.01.
 CLOUD_SHARE = 0.12
+#: a cell most of whose sampled rows have their nearest sampled row in other cells is a piece of
+#: a cloud cut in many (10M embeddings: the largest topic, 1.34M rows, in eight cells of
+#: ~165 000, 0.52-0.66 each, pairs 0.05-0.12; separate topics 0.00-0.01); such pieces are joined
+#: at :data:`PIECE_SHARE` a pair (:func:`clouds`)
+CLOUD_OUTSIDE = 0.4
+#: the share two groups of such pieces need to be joined (10M: every pair of the topic's eight
+#: pieces but two reach it alone; between cells of separate topics at most 0.012)
+PIECE_SHARE = 0.04
 
 
 def clouds(X, n: int, cells, cap: float, seed: int):
@@ -57,9 +65,13 @@ def clouds(X, n: int, cells, cap: float, seed: int):
     the topic costs less than the four and their searches.  ``cells = (centres, assigned,
     counts)``; rows are sampled (``n / 50``, 2 000 to 100 000: a row's nearest sampled row is
     about its 50th nearest), and for up to ``max(4 000, 100 C)`` of them the nearest other
-    sampled row is found (BLAS, on the run's threads); pairs of cells whose :data:`CLOUD_SHARE`
-    is reached are joined, most shared first, while the joined cell holds at most ``cap`` rows.
-    A joined cell's centre is the mean of its cells' (weighted by their rows)."""
+    sampled row is found (BLAS, on the run's threads).  Then, most shared first, two groups of
+    cells are joined while the joined group holds at most ``cap`` rows and their share (the
+    mean over both of the sampled rows finding theirs in the other) reaches
+    :data:`CLOUD_SHARE` — or :data:`PIECE_SHARE` when every cell of both is a piece of a cloud
+    cut in many (:data:`CLOUD_OUTSIDE`); a joined group's counts are its cells' sums, so a
+    cloud's pieces gather as its groups grow.  A joined cell's centre is the mean of its cells'
+    (weighted by their rows)."""
     centres, assigned, counts = cells
     C = len(centres)
     if C < 2 or cap < 2 * counts.min():
@@ -78,35 +90,53 @@ def clouds(X, n: int, cells, cap: float, seed: int):
         D[np.arange(len(Q)), q[a:a + 512]] = np.inf
         return D.argmin(1)
     near = np.concatenate(list(in_order(nearest, range(0, len(q), 512))))
-    a, b = own[q], own[near]
-    per = np.bincount(a, minlength=C).astype(np.float64)  # sampled rows of each cell
-    cross = a != b  # the pairs of cells sampled rows cross between (sparse: C may be large)
-    pairs, hits = np.unique(np.stack([a[cross], b[cross]]), axis=1, return_counts=True)
-    share = {}
-    for (i, j), h in zip(pairs.T.tolist(), hits.tolist()):
-        key = (min(i, j), max(i, j))
-        share[key] = share.get(key, 0.0) + h / per[i] / 2
-    parent, size = np.arange(C), np.asarray(counts, np.int64).copy()
-
-    def root(i):
-        while parent[i] != i:
-            i = parent[i]
-        return i
-    for (i, j), sh in sorted(share.items(), key=lambda kv: (-kv[1], kv[0])):
-        if sh < CLOUD_SHARE:
-            break
-        ra, rb = root(i), root(j)
-        if ra != rb and size[ra] + size[rb] <= cap:
-            parent[max(ra, rb)] = min(ra, rb)
-            size[min(ra, rb)] += size[max(ra, rb)]
-    keep, group = np.unique([root(i) for i in range(C)], return_inverse=True)
-    if len(keep) == C:
+    group = _gather(own[q], own[near], np.asarray(counts, np.int64), cap)
+    if group is None:
         return None
+    keep, group = np.unique(group, return_inverse=True)
     w = np.asarray(counts, np.float64)
     joined, weight = np.zeros((len(keep), centres.shape[1])), np.zeros(len(keep))
     np.add.at(joined, group, centres * w[:, None])
     np.add.at(weight, group, w)
     return joined / weight[:, None]
+
+
+def _gather(a, b, size, cap):
+    """The group of each cell (the lowest cell of its group), or None when no two are joined:
+    sampled rows of cells ``a`` find their nearest in cells ``b``; :func:`clouds` gives the rule.
+    The pairs of groups crossed between are held sparsely (a graph may have thousands of cells)."""
+    C = len(size)
+    per = np.bincount(a, minlength=C).astype(np.float64)  # sampled rows of each cell
+    cross = a != b
+    outside = np.bincount(a[cross], minlength=C) / np.maximum(per, 1)
+    piece = (outside >= CLOUD_OUTSIDE) & (per > 0)  # cells of a cloud cut in many
+    group, size = np.arange(C), size.copy()
+    # directed crossings between groups, keyed (from, to)
+    pairs, hits = np.unique(np.stack([a[cross], b[cross]]), axis=1, return_counts=True)
+    out = {(i, j): float(h) for (i, j), h in zip(pairs.T.tolist(), hits.tolist())}
+    joined = False
+    while True:
+        best, pair = -1.0, None
+        for i, j in sorted({(min(i, j), max(i, j)) for i, j in out}):
+            if size[i] + size[j] > cap:
+                continue
+            sh = (out.get((i, j), 0.0) / per[i] + out.get((j, i), 0.0) / per[j]) / 2
+            if sh >= (PIECE_SHARE if piece[i] and piece[j] else CLOUD_SHARE) and sh > best:
+                best, pair = sh, (i, j)
+        if pair is None:
+            return group if joined else None
+        i, j = pair  # j's cells, counts and crossings become i's
+        joined = True
+        group[group == j] = i
+        size[i] += size[j]
+        per[i] += per[j]
+        piece[i] &= piece[j]
+        merged = {}
+        for (u, v), h in out.items():
+            u, v = (i if u == j else u), (i if v == j else v)
+            if u != v:
+                merged[u, v] = merged.get((u, v), 0.0) + h
+        out = merged
 
 
 def sqdist_to(Xb, centres, c_sq):
