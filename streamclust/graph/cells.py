@@ -114,7 +114,6 @@ def _gather(a, b, size, cap):
     # directed crossings between groups, keyed (from, to)
     pairs, hits = np.unique(np.stack([a[cross], b[cross]]), axis=1, return_counts=True)
     out = {(i, j): float(h) for (i, j), h in zip(pairs.T.tolist(), hits.tolist())}
-    joined = False
     while True:
         best, pair = -1.0, None
         for i, j in sorted({(min(i, j), max(i, j)) for i, j in out}):
@@ -124,9 +123,8 @@ def _gather(a, b, size, cap):
             if sh >= (PIECE_SHARE if piece[i] and piece[j] else CLOUD_SHARE) and sh > best:
                 best, pair = sh, (i, j)
         if pair is None:
-            return group if joined else None
+            return group if (group != np.arange(C)).any() else None
         i, j = pair  # j's cells, counts and crossings become i's
-        joined = True
         group[group == j] = i
         size[i] += size[j]
         per[i] += per[j]
