@@ -680,3 +680,42 @@ def test_a_widening_the_list_cap_leaves_under_four_entries_is_not_built(monkeypa
     ids, _ = cellbuild._widen(X, lists, {"k": 10}, np.random.default_rng(1),
                               run=lambda *a: 1)
     assert builds == ([40] if rebuilt else []) and ids.shape[1] == (40 if rebuilt else width)
+
+
+def test_joined_cells_over_the_limit_are_searched_one_at_a_time_on_every_thread(tmp_path,
+                                                                               monkeypatch):
+    """Two clouds of 1 500 rows, 3 apart in 40 dimensions, each joined into one cell (the cap
+    ``solo_rows`` 1 600: not both) of about twice the rows cells built side by side may hold:
+    each is searched by the other's rows alone, its queries shared by both threads (never two
+    such cells loaded at once: the memory plan), with the same graph as one thread searching
+    each cell, and brute force's neighbours."""
+    import threading
+    from streamclust.graph import build, knn
+    rng = np.random.default_rng(11)
+    X = rng.normal(size=(3000, 40)).astype(np.float32)
+    X[1500:, 0] += 3.0
+    monkeypatch.setattr(knn, "solo_rows", lambda *a, **kw: 1600)
+    real, calls, active, lock = build.search_cell, [], [0], threading.Lock()
+
+    def watched(*item, threads=1, **kw):
+        with lock:
+            active[0] += 1
+            calls.append((threads, active[0]))
+        try:
+            return real(*item, threads=threads if shared else 1, **kw)
+        finally:
+            with lock:
+                active[0] -= 1
+    monkeypatch.setattr(build, "search_cell", watched)
+    kw = dict(cell_rows=400, min_cell_rows=100, threads=2)
+    graphs = []
+    for shared in (True, False):
+        calls.clear()
+        graphs.append(streamclust.knn_graph(X, 10, work_dir=str(tmp_path / str(shared)), **kw))
+        assert sorted(calls) == [(2, 1), (2, 1)]  # two big cells, each alone on two threads
+    d = tmp_path / "True" / "knn"
+    assert sorted(len(np.load(d / f)) > 800 for f in os.listdir(d) if f.endswith(".rows.npy")) \
+        == [True, True]
+    np.testing.assert_array_equal(graphs[0].ids, graphs[1].ids)
+    np.testing.assert_array_equal(graphs[0].distances, graphs[1].distances)
+    assert _recall(graphs[0].ids, _exact(X, 10)[0]) >= 0.99

@@ -135,9 +135,9 @@ def _assigned(X, n, centres, assigned, batch_size):
         centres = centres[counts > 0]
 
 
-def _search_cells(st, lists_out, first, assigned, start, stop, kq):
-    """Plan and run the searches of rows ``[start, stop)`` in other cells, merging the answers
-    into ``lists_out`` (rows offset by ``first``) in cell order."""
+def _search_cells(st, lists_out, first, assigned, start, stop, kq, sizes):
+    """Plan and run the searches of rows ``[start, stop)`` in other cells (of ``sizes`` rows),
+    merging the answers into ``lists_out`` (rows offset by ``first``) in cell order."""
     X, d, centres, bs = st.X, st.directory, st.centres, st.batch_size
     ids, d2 = lists_out
     # the boundaries a row is searched across lie within its k-th neighbour's distance so far
@@ -158,7 +158,15 @@ def _search_cells(st, lists_out, first, assigned, start, stop, kq):
     items = [(st.source, d, c, (path, int(offsets[c]), int(offsets[c + 1])), st.settings,
               bs, kq) for c in cells]
     t0 = time.perf_counter()
-    _run(st.executor, st.nt, search_cell, items, [int(counts[c]) for c in cells], None)
+    if not getattr(st.executor, "distributed", False) and st.nt > 1:
+        # a cell over the limit of cells built side by side (a cloud's, joined) fits the memory
+        # plan only alone: searched first, one at a time, its queries shared by every thread
+        # (10M embeddings: two joined halves of one topic searched at once went 130 MiB over)
+        alone = cell_limit(st.n, st.settings.get("reference_rows") or st.n, st.settings, st.nt)
+        for item in (it for it in items if sizes[it[2]] > alone):
+            search_cell(*item, threads=st.nt)
+        items = [it for it in items if sizes[it[2]] <= alone]
+    _run(st.executor, st.nt, search_cell, items, [int(counts[it[2]]) for it in items], None)
     t1 = time.perf_counter()
     probes = np.load(path, mmap_mode="r")
     target = (np.asarray(ids), np.asarray(d2))
@@ -250,7 +258,7 @@ def full_build(st, out):
     t1 = time.perf_counter()
     _own_cells(st, lists, 0, assigned, 0, n, counts, k, False)
     t2 = time.perf_counter()
-    st.probed = _search_cells(st, lists, 0, assigned, 0, n, k)
+    st.probed = _search_cells(st, lists, 0, assigned, 0, n, k, counts)
     _finish(lists)
     log.debug("kNN graph: %d cells (%d-%d rows) in %.1f s, built and searched in %.1f s, %d "
               "searches in other cells in %.1f s", len(counts), counts.min(), counts.max(), t1 - t,
@@ -276,7 +284,7 @@ def extend_build(st, out, old_graph, n_old, old_counts):
                  (n - n_old, kq))
     grown = _own_cells(st, new, n_old, assigned, n_old, n, new_counts, kq, True)
     t1 = time.perf_counter()
-    st.probed = _search_cells(st, new, n_old, assigned, n_old, n, kq)
+    st.probed = _search_cells(st, new, n_old, assigned, n_old, n, kq, counts)
     t2 = time.perf_counter()
     # old rows copied as they are (distances, not squared: the merges below only compare, so
     # they take the new candidates' roots, and an old row no new row reaches keeps its bits)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -18,18 +19,30 @@ from .walk import CellSearch
 log = logging.getLogger("streamclust")
 
 
-def _search_rows(query, X, rows, kq, batch_size, paths, bound=None):
+def _search_rows(query, X, rows, kq, batch_size, paths, bound=None, threads=1):
     """The rows searched by ``query(Q, rows, kq)``, the answers written batch by batch to the
     result files ``paths`` (ids, squared distances; temporary names, then renamed): a cell
-    searched by many rows, as with reference rows, never holds all their answers in memory."""
+    searched by many rows, as with reference rows, never holds all their answers in memory.
+    With ``threads`` > 1 the batches (at most a quarter of a thread's share each) run in that
+    many threads sharing ``query``'s cell; each query's answer is the same either way."""
+    if threads > 1:
+        batch_size = max(MIN_SHARED_BATCH, min(batch_size, -(-len(rows) // (4 * threads))))
     with atomic_path(paths[0], suffix=".tmp.npy") as t_ids, \
             atomic_path(paths[1], suffix=".tmp.npy") as t_d2:
         ids = np.lib.format.open_memmap(t_ids, "w+", np.int64, (len(rows), kq))
         d2 = np.lib.format.open_memmap(t_d2, "w+", np.float32, (len(rows), kq))
-        for s in range(0, len(rows), batch_size):
+
+        def one(s):
             r = rows[s:s + batch_size]
             b = None if bound is None else bound[s:s + batch_size]
             ids[s:s + len(r)], d2[s:s + len(r)] = query(X[r], r, kq, b)
+        starts = range(0, len(rows), batch_size)
+        if threads > 1 and len(starts) > 1:
+            with ThreadPoolExecutor(max_workers=threads) as pool:
+                list(pool.map(one, starts))
+        else:
+            for s in starts:
+                one(s)
         ids.flush()
         d2.flush()
         del ids, d2
@@ -38,6 +51,8 @@ def _search_rows(query, X, rows, kq, batch_size, paths, bound=None):
 #: rows searched in a cell at a time (a 65 536-row batch held ~70 MB of answers and temporaries
 #: per task; two tasks at once, beside the cells being searched)
 SEARCH_BATCH = 16384
+#: the fewest rows of a batch when one cell's searches are shared by several threads
+MIN_SHARED_BATCH = 512
 
 
 #: rows of another cell search a cell's graph keeping at least this many times its lists'
@@ -50,9 +65,10 @@ SEARCH_BATCH = 16384
 LIST_EF = 2
 
 
-def search_cell(source, directory, c, lists, settings, batch_size, kq, progress=None):
-    """Task: rows of other cells (``lists``) searched in cell ``c``'s saved graph; writes the
-    ``probe`` result files; returns the rows."""
+def search_cell(source, directory, c, lists, settings, batch_size, kq, progress=None,
+                threads=1):
+    """Task: rows of other cells (``lists``) searched in cell ``c``'s saved graph, on ``threads``
+    threads sharing the loaded cell; writes the ``probe`` result files; returns the rows."""
     t0 = time.perf_counter()
     X, (rows, bound) = open_rows(source), bucket_rows(lists, bound=True)
     cell = load_graph(directory, c)
@@ -68,9 +84,9 @@ def search_cell(source, directory, c, lists, settings, batch_size, kq, progress=
     # queries a batch at a time: their answers and the walk's temporaries are ~1 KB a query
     t1 = time.perf_counter()
     _search_rows(query, X, rows, kq, min(batch_size, SEARCH_BATCH),
-                 result_paths(directory, "probe", c), bound)
-    log.debug("kNN cell %d searched by %d rows: cell read in %.2f s, searches %.2f s", c,
-              len(rows), t1 - t0, time.perf_counter() - t1)
+                 result_paths(directory, "probe", c), bound, threads)
+    log.debug("kNN cell %d searched by %d rows: cell read in %.2f s, searches %.2f s on %d "
+              "thread(s)", c, len(rows), t1 - t0, time.perf_counter() - t1, threads)
     if progress:
         progress(len(rows))
     return len(rows)
