@@ -29,13 +29,13 @@ def _search_rows(query, X, rows, kq, batch_size, paths, bound=None, threads=1):
         batch_size = max(MIN_SHARED_BATCH, min(batch_size, -(-len(rows) // (4 * threads))))
     with atomic_path(paths[0], suffix=".tmp.npy") as t_ids, \
             atomic_path(paths[1], suffix=".tmp.npy") as t_d2:
-        ids = np.lib.format.open_memmap(t_ids, "w+", np.int64, (len(rows), kq))
-        d2 = np.lib.format.open_memmap(t_d2, "w+", np.float32, (len(rows), kq))
+        out = [np.lib.format.open_memmap(t_ids, "w+", np.int64, (len(rows), kq)),
+               np.lib.format.open_memmap(t_d2, "w+", np.float32, (len(rows), kq))]
 
         def one(s):
             r = rows[s:s + batch_size]
             b = None if bound is None else bound[s:s + batch_size]
-            ids[s:s + len(r)], d2[s:s + len(r)] = query(X[r], r, kq, b)
+            out[0][s:s + len(r)], out[1][s:s + len(r)] = query(X[r], r, kq, b)
         starts = range(0, len(rows), batch_size)
         if threads > 1 and len(starts) > 1:
             with ThreadPoolExecutor(max_workers=threads) as pool:
@@ -43,9 +43,9 @@ def _search_rows(query, X, rows, kq, batch_size, paths, bound=None, threads=1):
         else:
             for s in starts:
                 one(s)
-        ids.flush()
-        d2.flush()
-        del ids, d2
+        for a in out:
+            a.flush()
+        out.clear()  # (closed before the rename)
 
 
 #: rows searched in a cell at a time (a 65 536-row batch held ~70 MB of answers and temporaries
