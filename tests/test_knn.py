@@ -467,7 +467,7 @@ def test_reference_rows_of_at_least_the_data_is_the_ordinary_graph(tmp_path):
 def test_cells_smaller_than_a_row_and_its_neighbours_are_refused_before_any_pass(tmp_path):
     """cell_rows ≤ k is refused in one line, the cache not built; k + 1 (the smallest cells
     allowed) still finds the neighbours brute force finds."""
-    X, _ = make_blobs(n=400, k=4, d=6, seed=3)
+    X, _ = make_blobs(n=150, k=4, d=6, seed=3)
     work = str(tmp_path / "w")
     for bad in (1, 5):
         with pytest.raises(ParameterError, match=f"cell_rows must be 0 .* n_neighbors = 5.* got {bad}"):
