@@ -98,6 +98,12 @@ def cell_limit(n, m, settings, nt) -> float:
     return SPLIT_OVER * size * n / m
 
 
+def _side_by_side(st) -> float:
+    """The most rows of a cell built or searched beside others in this build
+    (:func:`cell_limit` of its rows and reference rows): a larger one runs alone."""
+    return cell_limit(st.n, st.settings.get("reference_rows") or st.n, st.settings, st.nt)
+
+
 def _centres(X, n, settings, nt, assigned, batch_size, indexed=0, distributed=False):
     """Centres with no empty cell and none over :func:`cell_limit` (up to
     :data:`SPLIT_ROUNDS` splits), then cells that cut one cloud merged (:func:`.cells.clouds`;
@@ -162,7 +168,7 @@ def _search_cells(st, lists_out, first, assigned, start, stop, kq, sizes):
         # a cell over the limit of cells built side by side (a cloud's, joined) fits the memory
         # plan only alone: searched first, one at a time, its queries shared by every thread
         # (10M embeddings: two joined halves of one topic searched at once went 130 MiB over)
-        alone = cell_limit(st.n, st.settings.get("reference_rows") or st.n, st.settings, st.nt)
+        alone = _side_by_side(st)
         for item in (it for it in items if sizes[it[2]] > alone):
             search_cell(*item, threads=st.nt)
         items = [it for it in items if sizes[it[2]] <= alone]
@@ -199,8 +205,7 @@ def _own_cells(st, lists_out, first, assigned, start, stop, counts, kq, extend):
         # (NN-descent in rounds; an extended cell on one)
         share = max(int(counts.sum()) / st.nt, ROUNDS_MIN_ROWS) if st.nt > 1 and not extend \
             else np.inf
-        alone = min(share, cell_limit(st.n, st.settings.get("reference_rows") or st.n,
-                                      st.settings, st.nt))
+        alone = min(share, _side_by_side(st))
         with use_threads(st.nt, blas=None):
             for item in (it for it in items if counts[it[2]] > alone):
                 build_cell(*item, progress=st.progress, threads=1 if extend else st.nt)
