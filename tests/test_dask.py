@@ -309,3 +309,34 @@ def test_a_scatter_to_a_dead_worker_is_tried_again_on_the_workers_left():
     first, second = Client.calls
     assert first["workers"] is None and second["workers"] == ["tcp://a:1", "tcp://b:2"]
     assert 0 < first["timeout"] < 30 and first["timeout"] == second["timeout"]
+
+
+
+def test_a_result_given_up_on_is_not_cancelled_under_the_client_s_other_gathers(dask_executor):
+    """A gather that takes too long is given up, not cancelled: Dask's own timeout cancels the
+    fetch that the client's gathers begun at the same moment share, and they failed with an
+    UnboundLocalError from inside distributed (a fit's pass, then every later gather of the
+    client, when the fetch was cancelled before it started).  The client's loop is held for
+    0.3 s so that both gathers begin together; the first may wait 1 ms."""
+    import threading
+    import time
+    from streamclust.run.shard_passes import within
+    client = dask_executor.client
+    a, b = (client.submit(np.arange, 2_000_000 + i, pure=False) for i in range(2))
+    distributed.wait([a, b])
+    client.loop.add_callback(time.sleep, 0.3)
+    first = []
+
+    def give_up():
+        try:
+            first.append(within(client, client._gather, 0.001, [a], direct=True)[0])
+        except TimeoutError as e:
+            first.append(e)
+
+    t = threading.Thread(target=give_up)
+    t.start()
+    time.sleep(0.1)
+    got = client.gather(b, direct=True)
+    t.join()
+    assert isinstance(first[0], TimeoutError), "the first gather had 1 ms: it should give up"
+    assert got.tolist() == list(range(2_000_001))

@@ -5,6 +5,7 @@ directly, a worker lost under a task (which would wait for it for ever) reported
 a result run again."""
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -25,8 +26,8 @@ def _send(client, values, workers):
     seconds = 1.0 + _nbytes(values) / 20e6
     for _ in range(4):
         try:
-            return client.sync(client._scatter, [values], workers=workers, direct=True,
-                               hash=False, callback_timeout=seconds)[0]
+            return within(client, client._scatter, seconds, [values], workers=workers,
+                          direct=True, hash=False)[0]
         except Terminated:
             raise
         except Exception as e:  # noqa: BLE001 - a closed connection, or no such worker left
@@ -37,6 +38,33 @@ def _send(client, values, workers):
                 raise LostOwners(list(workers or [])) from None
             raise
     raise LostOwners(list(workers or []))
+
+
+def within(client, method, seconds: float, *args, **kwargs):
+    """``await method(*args, **kwargs)`` on ``client``'s loop, waited for at most ``seconds``
+    (then :class:`TimeoutError`).  What comes late is left to finish, never cancelled: Dask's
+    own ``callback_timeout`` cancels it, and a ``Client._gather`` cancelled cancels the fetch
+    that other gathers of the client share (they fail with an UnboundLocalError inside
+    ``distributed.utils.sync``); the calling thread, which gives up on its own clock, may
+    have started the next gather by then."""
+    return client.sync(_within, method, seconds, args, kwargs)
+
+
+async def _within(method, seconds, args, kwargs):
+    task = asyncio.ensure_future(method(*args, **kwargs))
+    done, _ = await asyncio.wait({task}, timeout=seconds)
+    if not done:
+        task.add_done_callback(_dropped)
+        raise TimeoutError(f"no answer within {seconds:.3g} s")
+    if task.cancelled():
+        raise _Gone("cancelled")
+    return task.result()
+
+
+def _dropped(task) -> None:
+    """A late answer's outcome, read so that asyncio does not log it as never retrieved."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _nbytes(obj) -> int:
@@ -232,8 +260,8 @@ def gather_pinned(executor, futures, owners, progress=None, sizes=None, keep=Non
                 # recomputation pinned to that worker, so not for ever (a slow one is asked
                 # again, each time twice as long)
                 waited[i] = min(2 * waited.get(i, GATHER_SECONDS / 2), 60.0)
-                out[i] = executor.client.sync(executor.client._gather, [f], direct=True,
-                                              callback_timeout=waited[i])[0]
+                out[i] = within(executor.client, executor.client._gather, waited[i], [f],
+                                direct=True)[0]
                 if keep is not None:
                     out[i] = keep(i, out[i])
             except Terminated:
