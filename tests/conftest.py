@@ -38,6 +38,24 @@ def write_parquet_dir(path, X, y=None, files=3, row_group=50, vector=True):
     return path
 
 
+
+def pytest_sessionstart(session):
+    """A parallel run (pytest-xdist's controller, before its workers start) first compiles the
+    kernels most tests share, once, in one process per group of ``warm_numba.py``: otherwise
+    workers starting on an empty numba cache compile the same kernels side by side.  Its
+    failures are not reported here: the tests that call the same code report them."""
+    config = session.config
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        return
+    import subprocess
+    import sys
+    script = os.path.join(os.path.dirname(__file__), "warm_numba.py")
+    from warm_numba import GROUPS
+    procs = [subprocess.Popen([sys.executable, script, str(g)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL) for g in range(len(GROUPS))]
+    for p in procs:
+        p.wait()
+
 @pytest.fixture
 def blobs():
     return make_blobs(n=600, k=4, d=5, seed=0)
