@@ -54,7 +54,11 @@ def pytest_sessionstart(session):
     procs = [subprocess.Popen([sys.executable, script, str(g)], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL) for g in range(len(GROUPS))]
     for p in procs:
-        p.wait()
+        try:
+            p.wait(timeout=900)  # (never a hung session: the tests then compile what is left)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 @pytest.fixture
 def blobs():
