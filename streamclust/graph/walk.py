@@ -69,8 +69,9 @@ class CellSearch:
         """The entry rows (local ids) of queries from cell ``a``, with their vectors and norms:
         in the cell's leading directions where it has them (``P``; the walk reads them anyway:
         64 numbers a row instead of 784 for digits, the 1M × 784 graph 114 → 100 s at the same
-        recall), else the rows themselves.  Only the ids are kept between calls (a cell searched from 150 others would otherwise
-        hold 150 × 200 KB of entry vectors); the vectors are gathered again per batch."""
+        recall), else the rows themselves.  Only the ids are kept between calls (a cell searched
+        from 150 others would otherwise hold 150 × 200 KB of entry vectors); the vectors are
+        gathered again per batch."""
         if a not in self._entries:
             m, e = len(self.rows), min(len(self.rows), self.n_entries)
             if self.centres is None or a == self.c or e == m:
