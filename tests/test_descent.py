@@ -247,3 +247,36 @@ def test_the_forest_on_several_threads_gives_the_lists_of_one():
         for x, y in zip(a, b):
             np.testing.assert_array_equal(x, y)
         assert (a[0] >= 0).all()
+
+
+def test_a_cell_with_leading_directions_chooses_the_starts_of_full_width():
+    """A cell with 64 principal directions chooses each walk's 8 starts among its entry rows in
+    those directions.  Rows of rank 40, 300 wide: the directions hold every distance, so the
+    starts are the 8 entry rows nearest at full width (brute force), and the walks from them
+    find the neighbours as often as at full width."""
+    rng = np.random.default_rng(5)
+    centres = rng.normal(size=(8, 40)) * 4
+    Z = centres[rng.integers(0, 8, 3000)] + rng.normal(size=(3000, 40))
+    X = np.ascontiguousarray(Z @ rng.normal(size=(40, 300)), dtype=np.float32)
+    mo = 2500
+    lists = _lists(mo, 12)
+    D.random_init(X[:mo], lists, 0, 3)
+    D.descent(X[:mo], lists, (24, 50, 0.001, 3))
+    search = W.CellSearch(X[:mo], (np.arange(mo), lists[0], lists[1]),
+                          dict(entries=256, ef=24, seed=0), 0)
+    assert search.basis is not None and search.P.shape == (mo, W.BOUND_DIMS)
+    seen, walk = [], search.walk
+    search.walk = lambda Q, starts, *a: seen.append(starts.copy()) or walk(Q, starts, *a)
+    ids, _ = search.local(X[mo:], 10)
+    pick = search._entries[0]
+    d2 = ((X[mo:, None, :].astype(np.float64) - X[pick][None, :, :]) ** 2).sum(2)
+    want = pick[np.argsort(d2, 1, kind="stable")[:, :8]]
+    same = [set(a) == set(b) for a, b in zip(seen[0], want)]
+    assert np.mean(same) >= 0.99, np.mean(same)
+    exact = _exact(X[:mo], X[mo:], 10)[0]
+    full = (np.empty((500, 10), np.int32), np.empty((500, 10), np.float32))
+    flat = (X[:mo], np.zeros((mo, 0), np.float32))  # every row read in full
+    Qs = (X[mo:], np.zeros((500, 0), np.float32))
+    W.beam_search(flat, search.graph, want.astype(np.int32), Qs,
+                  full, 24, np.full(500, np.inf, np.float32))
+    assert _recall(ids, exact) >= _recall(full[0], exact) - 0.01 > 0.9
