@@ -38,7 +38,6 @@ def write_parquet_dir(path, X, y=None, files=3, row_group=50, vector=True):
     return path
 
 
-
 def pytest_sessionstart(session):
     """A parallel run (pytest-xdist's controller, before its workers start) first compiles the
     kernels most tests share, once, in one process per group of ``warm_numba.py``: otherwise
@@ -59,6 +58,7 @@ def pytest_sessionstart(session):
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+
 
 @pytest.fixture
 def blobs():

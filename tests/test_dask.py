@@ -311,7 +311,6 @@ def test_a_scatter_to_a_dead_worker_is_tried_again_on_the_workers_left():
     assert 0 < first["timeout"] < 30 and first["timeout"] == second["timeout"]
 
 
-
 def test_a_result_given_up_on_is_not_cancelled_under_the_client_s_other_gathers(dask_executor):
     """A gather that takes too long is given up, not cancelled: Dask's own timeout cancels the
     fetch that the client's gathers begun at the same moment share, and they failed with an

@@ -113,12 +113,12 @@ class CellSearch:
         else:
             src = nearest_centres(Q, self.centres)
         Qp = self.project(Q)
+        Qe = Q if self.basis is None else Qp  # the queries as the entries are (:meth:`entries`)
         starts = np.empty((q, 8), np.int32)
         for a in np.unique(src):
             sel = np.flatnonzero(src == a)
             pick, E, E_sq = self.entries(int(a))
-            starts[sel] = pick[nearest_entries(E, E_sq, (Q if self.basis is None else Qp)[sel],
-                                               starts.shape[1])]
+            starts[sel] = pick[nearest_entries(E, E_sq, Qe[sel], starts.shape[1])]
         return self.walk(Q, starts, kq, bound, Qp)
 
     def project(self, Q):
