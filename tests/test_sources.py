@@ -336,6 +336,62 @@ def test_readers_follow_the_threads_within_the_raw_bytes():
         assert readers([pa.uint8()]) == readers([pa.float16()]) == 1
 
 
+def test_readers_are_paid_from_the_room_a_run_leaves_to_read():
+    """In a ``reading_room`` of R bytes, units of U rows of P values, the widest w bytes, at T
+    threads (C converters): as many readers as R less the converters' float32 batches
+    ((2C + 1) · 4 U P bytes) holds at (2w + 4) U P bytes a reader, at least two, at most the
+    threads less the consumer and converters; a list column of unknown length, or no room: the
+    raw-bytes rule."""
+    import pyarrow as pa
+    from streamclust.base import threads as TH
+    from streamclust.base.memory import reading_room, room_to_read
+    from streamclust.data.readahead import readers
+    half = pa.list_(pa.float16(), 384)
+    U, P = 65536, 384
+    per, ahead = 8 * U * P, 5 * 4 * U * P  # 192 MiB a float16 reader; 16 threads: 2 converters
+    assert room_to_read() is None
+    with TH.use_threads(16):
+        with reading_room(ahead + 7 * per + per - 1):
+            assert readers([half], U) == 7
+            # two columns: every value counted at the wider one's 8 bytes (20 a value)
+            assert readers([half, pa.int64()], U) == (ahead + 8 * per - 1 - 5 * 4 * U * 385) // (
+                20 * U * 385)
+            assert readers([pa.list_(pa.float16())], U) == 4  # length unknown
+            assert readers([half]) == 4  # unit unknown
+        with reading_room(10 << 30):
+            assert readers([half], U) == 13  # 16 less the consumer and two converters
+        with reading_room(3 << 30):  # float32 rows 784 wide: 588 MiB a reader, 980 MiB ahead
+            assert readers([pa.list_(pa.float32(), 784)], U) == 3
+        with reading_room(-5):  # nothing left beside the batch: the two
+            assert room_to_read() == 0 and readers([half], U) == 2
+        assert room_to_read() is None and readers([half], U) == 4
+    with TH.use_threads(3), reading_room(per * 3 // 2):  # no converters below 4 threads
+        assert readers([half], U) == 2
+    with TH.use_threads(2), reading_room(10 << 30):
+        assert readers([half], U) == 2
+
+
+def test_a_fit_and_a_graph_read_in_the_room_their_budget_leaves(tmp_path, monkeypatch):
+    """The cache pass of a fit and of ``knn_graph`` runs in a reading room of the memory limit
+    less the process and one batch (``batch_bytes``)."""
+    import streamclust
+    from streamclust.base.memory import BASELINE, batch_bytes, room_to_read
+    from streamclust.data import readahead
+    X = np.random.default_rng(1).normal(size=(6000, 8)).astype(np.float32)
+    for i in range(3):
+        pq.write_table(pa.table({f"f{j}": X[i * 2000:(i + 1) * 2000, j] for j in range(8)}),
+                       tmp_path / f"p{i}.parquet", row_group_size=1000)
+    seen, real = [], readahead.readers
+    monkeypatch.setattr(readahead, "readers", lambda types, rows=0: seen.append(
+        (room_to_read(), rows)) or real(types, rows))
+    streamclust.fit(str(tmp_path), algorithm="dgmm", n_clusters=3, batch_size=2000,
+                    memory_limit="1GB", work_dir=str(tmp_path / "w1"), max_epochs=2, progress=False)
+    streamclust.knn_graph(str(tmp_path), 5, batch_size=2000, memory_limit="2GB",
+                          work_dir=str(tmp_path / "w2"), progress=False)
+    assert seen == [(10**9 - BASELINE - batch_bytes(2000, 8), 2000),
+                    (2 * 10**9 - BASELINE - batch_bytes(2000, 8), 2000)]
+
+
 def test_one_thread_decodes_every_row_group_in_the_consumer(tmp_path, monkeypatch):
     """``threads=1``: the cache pass reads every row group on the thread that converts and
     writes (no reader threads beside it); with two threads, reader threads decode; the cache is

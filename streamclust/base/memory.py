@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ..errors import ParameterError
@@ -54,6 +55,28 @@ def available() -> int:
 def budget(memory_limit) -> int:
     """``memory_limit`` in bytes; None: half of the memory available."""
     return int(available() * DEFAULT_SHARE) if memory_limit is None else parse_bytes(memory_limit)
+
+
+#: bytes the cache pass's readers may hold beyond the first ``READERS`` (``reading_room``)
+_READING: int | None = None
+
+
+@contextmanager
+def reading_room(nbytes: int):
+    """Within it, the cache pass may hold ``nbytes`` more than the process and one batch: what
+    a run's budget leaves beside them before the algorithm's parts are allocated, paid to more
+    reader threads (:func:`streamclust.data.readahead.readers`)."""
+    global _READING
+    old, _READING = _READING, max(int(nbytes), 0)
+    try:
+        yield
+    finally:
+        _READING = old
+
+
+def room_to_read() -> int | None:
+    """The bytes of the innermost :func:`reading_room`; None outside one."""
+    return _READING
 
 
 def mib(n: int) -> str:

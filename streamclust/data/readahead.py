@@ -8,9 +8,12 @@ A free reader takes the next unit (a reader is not tied to every ``readers``-th 
 units do not leave it idle while another decodes long ones); at most ``readers`` units are
 decoded ahead of the consumer's, and a reader holds at most ``depth`` decoded batches the
 consumer has not taken plus the one it is decoding.  :func:`readers` runs as many as the run
-has threads while their raw batches (two a reader) stay within ``RAW_BYTES`` a value of the
-bytes the memory plan counts for a batch (``base.memory.batch_bytes``: 32 a value), at least
-two; with one thread the consumer reads (no reader threads: ``--threads 1`` uses one core).
+has threads (less the consumer and the converters), at least two, while the memory allows:
+in a run they and the converters' batches are paid from its budget beyond the process and one
+batch (``base.memory.reading_room``, set by a fit and a graph for their cache pass), a reader
+counted at ``reader_bytes`` a value of its unit (measured, 2026-12-06); outside a run their raw
+batches stay within ``RAW_BYTES`` a value of the batch the plan counts (32).  With one thread the consumer
+reads (no reader threads: ``--threads 1`` uses one core).
 From 4 threads on :func:`converted` turns the record batches into float32 on one or two of the
 run's threads (:func:`converters`; at most three such batches ahead of the consumer, 12 bytes
 a value).  Readers, converters and the consumer stay within the thread budget except at 2
@@ -28,29 +31,50 @@ import pyarrow as pa
 #: reader threads at least; more decode faster only while the consumer keeps up (it writes)
 READERS = 2
 #: bytes a value that the readers' raw batches may hold together (two a reader), of the 32 the
-#: memory plan counts for a batch (``base.memory.batch_bytes``)
+#: memory plan counts for a batch (``base.memory.batch_bytes``), outside a ``reading_room``
 RAW_BYTES = 16
 
 
-def readers(types) -> int:
-    """Reader threads for columns of Arrow ``types``: the run's threads less the consumer and the
-    converters (:func:`converters`), at most as many as keep their raw batches within
-    ``RAW_BYTES`` a value (float16 values: 4, float32: 2), at least ``READERS`` — so from 3
-    threads on readers, converters and consumer stay within the budget, and at 2 threads they
-    are one more (1M × 384 float16 on two cores: two readers 6.2–8.2 s, one 11.6–11.7 s).  With
-    one thread none (1: the consumer reads), so that ``--threads 1`` stays on one core (on one
-    core: 12.4 s read in the consumer, 12.6–13.6 s with two readers)."""
+def reader_bytes(width: int) -> int:
+    """Bytes a reader holds a value of its unit (its raw batches, the column chunk and pages
+    pyarrow decodes), for values ``width`` bytes wide.  Peak RssAnon of a fit's cache pass, 2
+    threads, readers forced (2026-12-06): 1M × 384 float16 in units of 65 536 rows, 2 readers
+    1 119 MiB, 4: 1 362, 8: 1 964, 13: 2 962 (~170 MiB a reader, 7 bytes a value); 1M × 784
+    float32, units of 65 536 rows: 2: 2 290–2 620, 6: 4 299–4 485, 10: 6 082 (~470 MiB, 9.5)."""
+    return 2 * width + 4
+
+
+def readers(types, unit_rows: int = 0) -> int:
+    """Reader threads for columns of Arrow ``types`` read in units of ``unit_rows`` rows: the
+    run's threads less the consumer and the converters (:func:`converters`), at least
+    ``READERS``; in a ``reading_room`` at most as many as its bytes hold at :func:`reader_bytes`
+    a value of a unit beside the float32 batches the converters hold (``2 · converters + 1``
+    units of 4 bytes a value), else as keep their raw batches within ``RAW_BYTES`` a value
+    (float16 values: 4, float32: 2).  At 2 threads they are one more than the budget
+    (1M × 384 float16 on two cores: two readers 6.2–8.2 s, one 11.6–11.7 s).  With one thread
+    none (1: the consumer reads), so that ``--threads 1`` stays on one core (on one core: 12.4 s
+    read in the consumer, 12.6–13.6 s with two readers).  Decoding is most of the pass (1M × 384
+    float16 on one core: 9.7 of 16 s), so at 16 threads four readers would bound it at ~2.4 s."""
+    from ..base.memory import room_to_read
     from ..base.threads import n_threads
-    width = 0
+    width, per_row = 0, 0
     for t in types:
+        n = 1
         while pa.types.is_list(t) or pa.types.is_fixed_size_list(t) or pa.types.is_large_list(t):
+            n = n * t.list_size if pa.types.is_fixed_size_list(t) else 0
             t = t.value_type
         width = max(width, t.bit_width // 8 if pa.types.is_primitive(t) and t.bit_width >= 8 else 8)
+        per_row = per_row + n if n and per_row is not None else None
     threads = n_threads(-1)
     if threads <= 1:
         return 1
     spare = threads - 1 - converters(threads)
-    return max(READERS, min(spare, RAW_BYTES // (2 * (width or 8))))
+    room = room_to_read()
+    if room is None or not unit_rows or not per_row:  # (a list column's length is not known)
+        return max(READERS, min(spare, RAW_BYTES // (2 * (width or 8))))
+    values = unit_rows * per_row
+    ahead = 4 * values * (2 * converters(threads) + 1) if converters(threads) else 0
+    return max(READERS, min(spare, (room - ahead) // (reader_bytes(width or 8) * values)))
 
 
 _ITEM, _END, _ERROR = 0, 1, 2

@@ -16,6 +16,7 @@ from .context import Context
 from ..errors import DataError, ParameterError
 from ..data.features import describe_features
 from ..base import warmup
+from ..base.memory import BASELINE, reading_room
 from ..base.threads import check_threads, use_threads
 from ..base.workdir import WorkDirLock
 from ..base.interrupt import check
@@ -107,10 +108,11 @@ def _prepare(algo, req, d, work_dir, executor, stack, opts) -> _State:
                                              dict(opts, transform=transform), bar.update)
         stack.push(lambda kind, *_: executor.end_run(kind is not None))
         if cache is None:  # (a shared-nothing run's: the shares on the workers)
-            cache = FeatureCache.build(d, work_dir, opts["batch_size"], progress=bar.update,
-                                       columns=req.columns, transform=transform,
-                                       scale=opts["scale"], dtype=cache_dtype,
-                                       keep_scaling=opts.get("keep_scaling", False))
+            with reading_room(opts["plan"].limit - BASELINE - opts["plan"].batch):
+                cache = FeatureCache.build(d, work_dir, opts["batch_size"], progress=bar.update,
+                                           columns=req.columns, transform=transform,
+                                           scale=opts["scale"], dtype=cache_dtype,
+                                           keep_scaling=opts.get("keep_scaling", False))
     log.info("feature cache: %d rows × %d features (%.1f MB) in %s, %.2f s", cache.n_rows,
              cache.n_features, cache.nbytes / 1e6,
              getattr(cache, "location", work_dir), time.perf_counter() - t0)

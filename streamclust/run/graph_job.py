@@ -14,6 +14,7 @@ import numpy as np
 
 from ..algorithm import Requirements
 from ..base.progress import bar
+from ..base.memory import BASELINE, reading_room
 from ..base.threads import check_threads, use_threads
 from ..base.workdir import WorkDirLock
 from ..data.cache import FeatureCache
@@ -51,7 +52,7 @@ def knn_graph(data, n_neighbors: int = 5, *, features=None, exclude=None, work_d
     transform = row_transform(metric)
     d = open_data(data, features=features, on_invalid=on_invalid, exclude=exclude)
     # the options, the batch and the cells checked before anything is written
-    options, _, batch_size = plan_run(options.get("memory_limit"), None,
+    options, plan, batch_size = plan_run(options.get("memory_limit"), None,
                                       Requirements(knn=int(n_neighbors)), d.n_features,
                                       batch_size, options, d.n_rows, executor)
     owned = work_dir is None
@@ -68,7 +69,8 @@ def knn_graph(data, n_neighbors: int = 5, *, features=None, exclude=None, work_d
         with WorkDirLock(work_dir), use_threads(threads):
             locked = True  # from here on the directory is this run's to remove on failure
             show = progress is True
-            with bar(show, total=d.n_rows, unit="rows", desc="reading", leave=False) as b:
+            with bar(show, total=d.n_rows, unit="rows", desc="reading", leave=False) as b, \
+                    reading_room(plan.limit - BASELINE - plan.batch):
                 cache = FeatureCache.build(d, work_dir, batch_size, scale=scale,
                                            transform=transform, dtype=cache_dtype,
                                            progress=b.update if show else None)
