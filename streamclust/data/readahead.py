@@ -11,9 +11,9 @@ consumer has not taken plus the one it is decoding.  :func:`readers` runs as man
 has threads (less the consumer and the converters), at least two, while the memory allows:
 in a run they and the converters' batches are paid from its budget beyond the process and one
 batch (``base.memory.reading_room``, set by a fit and a graph for their cache pass), a reader
-counted at ``reader_bytes`` a value of its unit (measured, 2026-12-06); outside a run their raw
-batches stay within ``RAW_BYTES`` a value of the batch the plan counts (32).  With one thread the consumer
-reads (no reader threads: ``--threads 1`` uses one core).
+counted at ``reader_bytes`` a value of its unit (measured, 2026-12-06); outside a run their
+raw batches stay within ``RAW_BYTES`` a value of the batch the plan counts (32).  With one
+thread the consumer reads (no reader threads: ``--threads 1`` uses one core).
 From 4 threads on :func:`converted` turns the record batches into float32 on one or two of the
 run's threads (:func:`converters`; at most three such batches ahead of the consumer, 12 bytes
 a value).  Readers, converters and the consumer stay within the thread budget except at 2
@@ -54,7 +54,8 @@ def readers(types, unit_rows: int = 0) -> int:
     (1M × 384 float16 on two cores: two readers 6.2–8.2 s, one 11.6–11.7 s).  With one thread
     none (1: the consumer reads), so that ``--threads 1`` stays on one core (on one core: 12.4 s
     read in the consumer, 12.6–13.6 s with two readers).  Decoding is most of the pass (1M × 384
-    float16 on one core: 9.7 of 16 s), so at 16 threads four readers would bound it at ~2.4 s."""
+    float16 on one core: 9.7 of 16 s): four readers, the cap before 2026-12-06, bound it at
+    ~2.4 s at 16 threads."""
     from ..base.memory import room_to_read
     from ..base.threads import n_threads
     width, per_row = 0, 0
