@@ -371,6 +371,38 @@ def test_readers_are_paid_from_the_room_a_run_leaves_to_read():
         assert readers([half], U) == 2
 
 
+def test_the_cache_pass_reads_batches_of_at_most_32_mib_that_split_row_groups_evenly(tmp_path,
+                                                                                      monkeypatch):
+    """``read_rows``: the run's batch, at most 32 MiB of float32 rounded down to a power of two,
+    at least 1 024; the pass over 784-wide rows in row groups of 4 096 reads batches of 2 048
+    (at most 32 MiB of float32 each would be 10 700 rows: 8 192 rounded down; at
+    ``READ_BYTES`` of 8 MiB: 2 048), each a half row group, two waiting a reader (``depth``: a
+    unit's batches), and the cache holds the rows as written."""
+    import streamclust.data.cache as C
+    from streamclust.data import readahead
+    from streamclust.data.cache import read_rows
+    assert [read_rows(65536, d) for d in (16, 50, 256, 384, 784, 3000, 10**5)] == \
+        [65536, 65536, 32768, 16384, 8192, 2048, 1024]
+    assert read_rows(500, 784) == 500 and read_rows(5000, 384) == 5000
+    half, wide = pa.list_(pa.float16(), 384), pa.list_(pa.float32(), 784)
+    assert readahead.depth([half], 16384, 65536) == 4 and readahead.depth([half], 65536, 65536) == 1
+    assert readahead.depth([wide], 8192, 1 << 20) == (128 << 20) // (8192 * 784 * 4)
+    assert readahead.depth([pa.list_(pa.float32())], 100, 1000) == 1  # length unknown
+    X = np.random.default_rng(3).normal(size=(12288, 784)).astype(np.float32)
+    pq.write_table(pa.table({"x": pa.FixedSizeListArray.from_arrays(pa.array(X.ravel()), 784)}),
+                   tmp_path / "w.parquet", row_group_size=4096)
+    monkeypatch.setattr(C, "READ_BYTES", 8 << 20)
+    sizes, depths, real = [], [], readahead.ordered
+    monkeypatch.setattr(C, "_tally", lambda b, counts, progress, t=C._tally: (
+        sizes.append(len(b.X)), t(b, counts, progress))[1])
+    monkeypatch.setattr(readahead, "ordered", lambda u, r, n=2, depth=1: (
+        depths.append(depth), real(u, r, n, depth))[1])
+    (tmp_path / "c").mkdir()
+    cache = FeatureCache.build(open_data(str(tmp_path / "w.parquet")), str(tmp_path / "c"), 65536)
+    assert sizes == [2048] * 6 and depths == [2]
+    np.testing.assert_array_equal(cache.rows(0, len(X)).X, X)
+
+
 def test_a_fit_and_a_graph_read_in_the_room_their_budget_leaves(tmp_path, monkeypatch):
     """The cache pass of a fit and of ``knn_graph`` runs in a reading room of the memory limit
     less the process and one batch (``batch_bytes``)."""

@@ -36,6 +36,21 @@ _KEY_FIELDS = ("fingerprint", "spec", "on_invalid", "n_features", "columns", "tr
 DTYPES = {"float32": (np.float32, "features.f32"), "float16": (np.float16, "features.f16")}
 
 
+#: float32 bytes a batch of the cache pass holds at most (the run's batch is the larger
+#: bound): its readers then hold a few such batches, not a few of the run's (1M × 784 float32
+#: Parquet, 2 threads, ``--memory-limit 2GB``: peak RssAnon 2 343–2 441 MiB with batches of
+#: 65 536 rows, 956–1 109 with 8 192; 1M × 384 float16: 1 026–1 056 → 577–582; 2026-12-06)
+READ_BYTES = 32 << 20
+
+
+def read_rows(batch_size: int, n_features: int) -> int:
+    """Rows of a batch the cache pass reads: ``batch_size``, at most ``READ_BYTES`` of float32
+    rounded down to a power of two (row groups are mostly powers of two, which such batches
+    split evenly), at least 1 024."""
+    cap = max(1024, READ_BYTES // (4 * max(int(n_features), 1)))
+    return min(int(batch_size), 1 << (cap.bit_length() - 1))
+
+
 def check_cache_dtype(name) -> str:
     return one_of("cache_dtype", name, DTYPES, "float32")
 
@@ -175,7 +190,8 @@ class FeatureCache:
         scaler = None
         try:
             with open(tmp, "wb") as f:
-                for b in data.iter_batches(batch_size, keep=tuple(columns)):
+                for b in data.iter_batches(read_rows(batch_size, data.n_features),
+                                           keep=tuple(columns)):
                     check_interrupt()
                     if stats is not None:  # scaled (then transformed) in the second pass
                         stats.add(b.X)
@@ -227,7 +243,8 @@ class FeatureCache:
             progress(first)  # the rows cached already
         try:
             with open(path, "ab") as f:
-                for b in tail.iter_batches(batch_size, start=first):
+                for b in tail.iter_batches(read_rows(batch_size, meta["n_features"]),
+                                           start=first):
                     check_interrupt()
                     X = b.X if scaler is None else scaler.apply(b.X)
                     f.write(memoryview(_stored(apply(key["transform"], X), np_dtype)).cast("B"))

@@ -214,8 +214,9 @@ class ParquetSource(Source):
             return self._read(f, groups, row, columns, batch_size, local)
         at = {f: i for i, f in enumerate(self.files)}
         rows = max(sum(self._groups[at[f]][g] for g in groups) for f, groups, _ in units)
-        yield from readahead.ordered(units, read, readahead.readers(
-            [self.schema.field(c).type for c in columns if c in self.schema.names], rows))
+        types = [self.schema.field(c).type for c in columns if c in self.schema.names]
+        yield from readahead.ordered(units, read, readahead.readers(types, rows),
+                                     readahead.depth(types, batch_size, rows))
 
     def _read(self, f, groups, row, columns, batch_size, handle=None):
         """``(f, row, batch)`` of file ``f`` (of its row groups ``groups``, whose first row is

@@ -35,6 +35,37 @@ READERS = 2
 RAW_BYTES = 16
 
 
+#: raw bytes a reader's decoded batches waiting for the consumer may hold (:func:`depth`)
+WAIT_BYTES = 128 << 20
+
+
+def layout(types) -> tuple[int, int | None]:
+    """(bytes of the widest value, values a row) of columns of Arrow ``types`` (a list column of
+    unknown length: None values a row; no column: width 0)."""
+    width, per_row = 0, 0
+    for t in types:
+        n = 1
+        while pa.types.is_list(t) or pa.types.is_fixed_size_list(t) or pa.types.is_large_list(t):
+            n = n * t.list_size if pa.types.is_fixed_size_list(t) else 0
+            t = t.value_type
+        width = max(width, t.bit_width // 8 if pa.types.is_primitive(t) and t.bit_width >= 8 else 8)
+        per_row = per_row + n if n and per_row is not None else None
+    return width, per_row
+
+
+def depth(types, batch_rows: int, unit_rows: int) -> int:
+    """Decoded batches a reader may hold waiting (:func:`ordered`'s ``depth``): a unit's
+    batches, so that a reader ahead of the consumer decodes its unit to the end, as many as
+    ``WAIT_BYTES`` holds, at least one.  (The cache pass reads batches smaller than a unit:
+    1M × 784 float32 on 2 cores, batches of 8 192 rows in units of 32 768, 8 runs: with one or
+    two waiting, serial 1.04–1.06 s; a unit's, as a batch a unit before.)"""
+    width, per_row = layout(types)
+    if not per_row or batch_rows <= 0:
+        return 1
+    batches = -(-int(unit_rows) // int(batch_rows))
+    return max(1, min(batches, WAIT_BYTES // max(batch_rows * per_row * (width or 8), 1)))
+
+
 def reader_bytes(width: int) -> int:
     """Bytes a reader holds a value of its unit (its raw batches, the column chunk and pages
     pyarrow decodes), for values ``width`` bytes wide.  Peak RssAnon of a fit's cache pass, 2
@@ -58,14 +89,7 @@ def readers(types, unit_rows: int = 0) -> int:
     ~2.4 s at 16 threads."""
     from ..base.memory import room_to_read
     from ..base.threads import n_threads
-    width, per_row = 0, 0
-    for t in types:
-        n = 1
-        while pa.types.is_list(t) or pa.types.is_fixed_size_list(t) or pa.types.is_large_list(t):
-            n = n * t.list_size if pa.types.is_fixed_size_list(t) else 0
-            t = t.value_type
-        width = max(width, t.bit_width // 8 if pa.types.is_primitive(t) and t.bit_width >= 8 else 8)
-        per_row = per_row + n if n and per_row is not None else None
+    width, per_row = layout(types)
     threads = n_threads(-1)
     if threads <= 1:
         return 1
