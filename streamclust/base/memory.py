@@ -57,7 +57,7 @@ def budget(memory_limit) -> int:
     return int(available() * DEFAULT_SHARE) if memory_limit is None else parse_bytes(memory_limit)
 
 
-#: bytes the cache pass's readers may hold beyond the first ``READERS`` (``reading_room``)
+#: bytes the cache pass may hold beside the process and one batch (``reading_room``)
 _READING: int | None = None
 
 

@@ -38,8 +38,8 @@ DTYPES = {"float32": (np.float32, "features.f32"), "float16": (np.float16, "feat
 
 #: float32 bytes a batch of the cache pass holds at most (the run's batch is the larger
 #: bound): its readers then hold a few such batches, not a few of the run's (1M × 784 float32
-#: Parquet, 2 threads, ``--memory-limit 2GB``: peak RssAnon 2 343–2 441 MiB with batches of
-#: 65 536 rows, 956–1 109 with 8 192; 1M × 384 float16: 1 026–1 056 → 577–582; 2026-12-06)
+#: Parquet, 2 threads, ``--memory-limit 2GB``: peak RssAnon 2 322–2 441 MiB with batches of
+#: 65 536 rows, 692 with 8 192; 1M × 384 float16: 1 021 → 497; 2026-12-06)
 READ_BYTES = 32 << 20
 
 
