@@ -110,6 +110,41 @@ def test_scaling_statistics_match_sklearn_and_predict_applies_them(tmp_path, met
         streamclust.fit(X, "dgmm", 3, scale="zscore", progress=False)
 
 
+def test_the_scaling_kernels_are_numpy_s_arithmetic_on_all_threads(tmp_path):
+    """A float32 batch is scaled by a numba kernel: the same bits as numpy's float64 formula
+    (also read from a memory-mapped cache, and for a strided view, which numpy scales); its
+    statistics match float64 numpy's and do not depend on the thread count."""
+    import numba
+    from streamclust.data.scaling import ScaleStats
+    rng = np.random.default_rng(4)
+    X = (rng.normal(size=(5000, 40)) * rng.uniform(0.01, 1e4, 40) + 1e3).astype(np.float32)
+    stats = {}
+    for t in (1, 2):
+        numba.set_num_threads(t)
+        st = ScaleStats(40)
+        for s in range(0, 5000, 1500):
+            st.add(X[s:s + 1500])
+        stats[t] = st
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    st, X64 = stats[2], X.astype(np.float64)
+    for a in ("mean", "m2", "lo", "hi"):
+        np.testing.assert_array_equal(getattr(stats[1], a), getattr(st, a))
+    np.testing.assert_allclose(st.mean, X64.mean(0), rtol=1e-13)
+    np.testing.assert_allclose(st.m2, ((X64 - X64.mean(0)) ** 2).sum(0), rtol=1e-12)
+    assert (st.lo == X64.min(0)).all() and (st.hi == X64.max(0)).all() and st.n == 5000
+    for method in ("standard", "minmax"):
+        sc = st.scaler(method)
+        want = ((X64 - sc.offset) * sc.factor).astype(np.float32)
+        np.testing.assert_array_equal(sc.apply(X), want)
+        X.tofile(tmp_path / "x.f32")
+        mm = np.memmap(tmp_path / "x.f32", np.float32, "r", shape=X.shape)
+        np.testing.assert_array_equal(sc.apply(mm[1000:3000]), want[1000:3000])
+        wide = np.zeros((5000, 80), np.float32)
+        wide[:, ::2] = X
+        np.testing.assert_array_equal(sc.apply(wide[:, ::2]), want)  # (numpy's path)
+        np.testing.assert_array_equal(sc.apply(X[::3]), want[::3])
+
+
 def test_scaling_changes_the_knn_graph_a_work_directory_reuses(tmp_path):
     """A graph of raw rows was reused for rows cached otherwise (the cache key had the transform,
     the graph's only the source): it must be rebuilt, and equal brute force on the scaled rows."""

@@ -308,7 +308,9 @@ def _rescale(path: str, n: int, d: int, batch_size: int, fn, dtype=np.float32) -
     mm = np.memmap(path, dtype=dtype, mode="r+", shape=(n, d))
     for s in range(0, n, batch_size):
         check_interrupt()
-        mm[s:s + batch_size] = _stored(fn(np.array(mm[s:s + batch_size], dtype=np.float32)), dtype)
+        rows = mm[s:s + batch_size]  # (float32: read by the kernels where it lies)
+        rows = rows if rows.dtype == np.float32 else np.array(rows, dtype=np.float32)
+        mm[s:s + batch_size] = _stored(fn(rows), dtype)
     mm.flush()
     del mm
 

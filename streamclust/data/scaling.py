@@ -7,17 +7,61 @@ normalise rows (SLK, angles) a range centred on 0 does: SLK on Shuttle reaches N
 with [-1, 1] and 0.23 / 0.56 with [0, 1].  The statistics are accumulated exactly, in
 float64, while the feature cache is written (Chan's pairwise merge of batch means and sums of
 squares), applied to the cache in a second pass over the local file, stored in the model, and
-applied again by ``predict``.  A constant feature is shifted to 0 and not divided."""
+applied again by ``predict``.  A constant feature is shifted to 0 and not divided.  A float32
+batch's statistics and its scaling run on all threads (numba kernels: a batch's columns in
+blocks, each summed in row order, so that they do not depend on the thread count; the scaling
+row by row, the same float64 arithmetic as numpy's, to the bit): 1M × 384, ``--scale
+standard``, 2 cores, 2026-12-06: the statistics took 6.3 s and the second pass 4.6 in numpy."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba as nb
 import numpy as np
 
 from ..base.checks import one_of
 from ..errors import ModelError
 
 SCALES = ("none", "standard", "minmax")
+#: columns a task of the statistics' kernel sums
+_BLOCK = 16
+
+
+@nb.njit(cache=True, parallel=True)
+def _column_stats(X, out):
+    """``out[0..3, j]``: the mean, the sum of squared deviations from it, the min and the max of
+    column ``j`` of ``X`` (float64; two passes, rows in order)."""
+    n, d = X.shape
+    for b in nb.prange((d + _BLOCK - 1) // _BLOCK):
+        a, z = b * _BLOCK, min(d, b * _BLOCK + _BLOCK)
+        for j in range(a, z):
+            out[0, j], out[1, j], out[2, j], out[3, j] = 0.0, 0.0, np.inf, -np.inf
+        for i in range(n):
+            for j in range(a, z):
+                v = np.float64(X[i, j])
+                out[0, j] += v
+                out[2, j] = min(out[2, j], v)
+                out[3, j] = max(out[3, j], v)
+        for j in range(a, z):
+            out[0, j] /= n
+        for i in range(n):
+            for j in range(a, z):
+                e = np.float64(X[i, j]) - out[0, j]
+                out[1, j] += e * e
+
+
+@nb.njit(cache=True, parallel=True)
+def _scale_rows(X, offset, factor, out):
+    n, d = X.shape
+    for i in nb.prange(n):
+        for j in range(d):
+            out[i, j] = np.float32((np.float64(X[i, j]) - offset[j]) * factor[j])
+
+
+def _kernel_rows(X) -> bool:
+    """``X`` a float32 matrix with unit stride along its rows (a batch, a memory-mapped slice)."""
+    return isinstance(X, np.ndarray) and X.ndim == 2 and X.dtype == np.float32 and \
+        X.shape[1] > 0 and X.strides[1] == 4
 
 
 def check_scale(name) -> str:
@@ -38,16 +82,22 @@ class ScaleStats:
         m = len(X)
         if m == 0:
             return
-        X = np.asarray(X, dtype=np.float64)
-        mean = X.mean(axis=0)
-        m2 = ((X - mean) ** 2).sum(axis=0)
+        if _kernel_rows(X):
+            st = np.empty((4, X.shape[1]))
+            _column_stats(X, st)
+            mean, m2, lo, hi = st
+        else:
+            X = np.asarray(X, dtype=np.float64)
+            mean = X.mean(axis=0)
+            m2 = ((X - mean) ** 2).sum(axis=0)
+            lo, hi = X.min(axis=0), X.max(axis=0)
         n = self.n + m
         delta = mean - self.mean
         self.mean = self.mean + delta * (m / n)
         self.m2 = self.m2 + m2 + delta ** 2 * (self.n * m / n)
         self.n = n
-        np.minimum(self.lo, X.min(axis=0), out=self.lo)
-        np.maximum(self.hi, X.max(axis=0), out=self.hi)
+        np.minimum(self.lo, lo, out=self.lo)
+        np.maximum(self.hi, hi, out=self.hi)
 
     def merge(self, other: "ScaleStats") -> None:
         """Add the statistics of other rows (Chan's parallel formula)."""
@@ -82,6 +132,11 @@ class Scaler:
     def apply(self, X: np.ndarray) -> np.ndarray:
         if len(X) == 0:
             return np.asarray(X, dtype=np.float32)
+        if _kernel_rows(X):
+            out = np.empty(X.shape, np.float32)
+            _scale_rows(X, np.asarray(self.offset, np.float64), np.asarray(self.factor, np.float64),
+                        out)
+            return out
         return np.ascontiguousarray(((np.asarray(X, np.float64) - self.offset) * self.factor)
                                     .astype(np.float32))
 
