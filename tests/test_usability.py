@@ -145,6 +145,23 @@ def test_the_scaling_kernels_are_numpy_s_arithmetic_on_all_threads(tmp_path):
         np.testing.assert_array_equal(sc.apply(X[::3]), want[::3])
 
 
+@pytest.mark.parametrize("transform", ["", "l2"])
+def test_the_second_pass_scales_a_float32_cache_in_place_as_the_rows_in_memory(tmp_path,
+                                                                               transform):
+    """The scaled (and unit-length) float32 cache, rewritten in place batch by batch, holds the
+    bits of the scaler (and the row transform) applied to the rows in memory."""
+    from streamclust.data.cache import FeatureCache
+    from streamclust.data.sources import open_data
+    from streamclust.data.transforms import apply
+    X = (np.random.default_rng(6).normal(size=(3000, 12)) * 40 + 9).astype(np.float32)
+    (tmp_path / "w").mkdir()
+    cache = FeatureCache.build(open_data(X), str(tmp_path / "w"), 700, scale="standard",
+                               transform=transform)
+    want = apply(transform, cache.scaler.apply(X))
+    assert not np.array_equal(want, X)
+    np.testing.assert_array_equal(np.asarray(cache.rows(0, 3000).X), want)
+
+
 def test_scaling_changes_the_knn_graph_a_work_directory_reuses(tmp_path):
     """A graph of raw rows was reused for rows cached otherwise (the cache key had the transform,
     the graph's only the source): it must be rebuilt, and equal brute force on the scaled rows."""

@@ -129,11 +129,13 @@ class Scaler:
     offset: np.ndarray
     factor: np.ndarray
 
-    def apply(self, X: np.ndarray) -> np.ndarray:
+    def apply(self, X: np.ndarray, out=None) -> np.ndarray:
+        """``X`` scaled, float32; ``out`` (a float32 matrix of ``X``'s shape, which may be ``X``
+        itself) receives it where ``X`` is a float32 matrix of rows with unit stride."""
         if len(X) == 0:
             return np.asarray(X, dtype=np.float32)
         if _kernel_rows(X):
-            out = np.empty(X.shape, np.float32)
+            out = np.empty(X.shape, np.float32) if out is None else out
             _scale_rows(X, np.asarray(self.offset, np.float64), np.asarray(self.factor, np.float64),
                         out)
             return out

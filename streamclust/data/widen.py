@@ -129,10 +129,10 @@ def _unit_rows(X, out):
             out[i, j] = X[i, j] / norm
 
 
-def unit_rows(X) -> np.ndarray:
+def unit_rows(X, out=None) -> np.ndarray:
     """Every row of the float32 matrix ``X`` divided by its Euclidean norm (taken in float64;
-    zero rows stay 0), into a new array, rows on all threads."""
-    out = np.empty(X.shape, np.float32)
+    zero rows stay 0), into a new array (or ``out``, which may be ``X``), rows on all threads."""
+    out = np.empty(X.shape, np.float32) if out is None else out
     if X.size:
         _unit_rows(X, out)
     return out
