@@ -386,7 +386,10 @@ def test_the_cache_pass_reads_batches_of_at_most_32_mib_that_split_row_groups_ev
     assert read_rows(500, 784) == 500 and read_rows(5000, 384) == 5000
     half, wide = pa.list_(pa.float16(), 384), pa.list_(pa.float32(), 784)
     assert readahead.depth([half], 16384, 65536) == 4 and readahead.depth([half], 65536, 65536) == 1
-    assert readahead.depth([wide], 8192, 1 << 20) == (128 << 20) // (8192 * 784 * 4)
+    assert readahead.depth([wide], 8192, 32768) == 4  # (16 384 rows: 49 MiB, two in 128 MiB)
+    assert readahead.depth([wide], 16384, 65536) == 2
+    assert readahead.depth([wide], 65536, 4 * 65536) == 1  # one batch of 196 MiB > 128 MiB
+    assert readahead.depth([wide], 8192, 1 << 20) == 1  # a unit of 128 batches: one waits
     assert readahead.depth([pa.list_(pa.float32())], 100, 1000) == 1  # length unknown
     X = np.random.default_rng(3).normal(size=(12288, 784)).astype(np.float32)
     pq.write_table(pa.table({"x": pa.FixedSizeListArray.from_arrays(pa.array(X.ravel()), 784)}),

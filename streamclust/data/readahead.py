@@ -37,6 +37,10 @@ RAW_BYTES = 16
 
 #: raw bytes a reader's decoded batches waiting for the consumer may hold (:func:`depth`)
 WAIT_BYTES = 128 << 20
+#: batches a unit may hold for a reader to wait with all of them; more: one (4M × 50 float32 in
+#: row groups of 1M rows, 2 cores: the cache pass 1.1–1.6 s, 654–672 MiB with one waiting,
+#: 2.2 s, 927–1 027 MiB with ten; 2026-12-06)
+MAX_DEPTH = 4
 
 
 def layout(types) -> tuple[int, int | None]:
@@ -56,13 +60,16 @@ def layout(types) -> tuple[int, int | None]:
 def depth(types, batch_rows: int, unit_rows: int) -> int:
     """Decoded batches a reader may hold waiting (:func:`ordered`'s ``depth``): a unit's
     batches, so that a reader ahead of the consumer decodes its unit to the end, as many as
-    ``WAIT_BYTES`` holds, at least one.  (The cache pass reads batches smaller than a unit:
+    ``WAIT_BYTES`` holds, at least one; one for a unit of more than ``MAX_DEPTH`` batches.
+    (The cache pass reads batches smaller than a unit:
     1M × 784 float32 on 2 cores, batches of 8 192 rows in units of 32 768, 8 runs: with one or
     two waiting, serial 1.04–1.06 s; a unit's, as a batch a unit before.)"""
     width, per_row = layout(types)
     if not per_row or batch_rows <= 0:
         return 1
     batches = -(-int(unit_rows) // int(batch_rows))
+    if batches > MAX_DEPTH:  # a unit of many batches (a large row group): one, as before
+        return 1
     return max(1, min(batches, WAIT_BYTES // max(batch_rows * per_row * (width or 8), 1)))
 
 
