@@ -365,8 +365,8 @@ def test_readers_are_paid_from_the_room_a_run_leaves_to_read():
         with reading_room(-5):  # nothing left beside the batch: the two
             assert room_to_read() == 0 and readers([half], U) == 2
         assert room_to_read() is None and readers([half], U) == 4
-    with TH.use_threads(3), reading_room(per * 3 // 2):  # no converters below 4 threads
-        assert readers([half], U) == 2
+    with TH.use_threads(8), reading_room(10 << 30):  # 8 less the consumer and two converters
+        assert readers([half], U) == 5
     with TH.use_threads(2), reading_room(10 << 30):
         assert readers([half], U) == 2
 
