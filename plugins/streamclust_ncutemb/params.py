@@ -46,6 +46,10 @@ PARAMS = {
     "init": Param("kmeans", str, "start: k-means outputs on a sample (with a hidden layer: "
                   "the second layer fitted to them by least squares) or random",
                   choices=("kmeans", "random")),
+    "hidden_start": Param("axes", str, "the first layer's start with init=kmeans: random "
+                          "directions within the sample's top `hidden` principal axes, each "
+                          "unit scaled to standard deviation 1 on the sample (axes), or random "
+                          "directions in all features (random)", choices=("axes", "random")),
     "init_sample": Param(20000, int, "rows k-means starts from", at_least(2)),
     "n_init": Param(0, int, "starts run side by side for screen_epochs epochs; the one of "
                     "lowest loss (its last 5 epochs) goes on; 0: 3 with a hidden layer, "

@@ -7,6 +7,9 @@ starts (each its own k-means start and random streams) run side by side for the 
 continues and the others are dropped.  The loss is the fit's own objective, known without labels
 (its Spearman correlation with the error at epoch 15 of usps: 0.76).  Start 0 is the one a
 single start runs, so ``n_init=1`` is the fit it was.
+
+A hidden layer's first layer starts within the sample's principal axes (:func:`principal_axes`,
+:func:`within`; ``hidden_start``).
 """
 from __future__ import annotations
 
@@ -97,3 +100,35 @@ def screen(algo, ctx, cfg):
         algo.start_ = b
         algo._starts, algo._losses = [], []
     return sums, chosen, spread, losses
+
+
+#: above this many features the principal axes come from a randomized subspace iteration
+#: instead of the d × d scatter's eigendecomposition (20 000 sampled rows, 50 axes, 2 busy
+#: cores: 2 048 wide 8.2 s against 2.0 s, 4 096 wide 23.3 against 3.1 s)
+EXACT_AXES = 1024
+
+
+def principal_axes(Xs: np.ndarray, m: int, seed: int = 0) -> np.ndarray:
+    """The top ``m`` principal axes (d × m, orthonormal) of the centred sample ``Xs``: the
+    eigenvectors of its scatter up to ``EXACT_AXES`` features; above, a subspace iteration
+    (``m + 10`` random directions, ``seed``, four power steps: O(n d m) instead of O(n d²))."""
+    n, d = Xs.shape
+    if d <= EXACT_AXES:
+        _, V = np.linalg.eigh(Xs.T @ Xs)
+        return np.ascontiguousarray(V[:, ::-1][:, :m])
+    Q = np.random.default_rng(seed).normal(size=(d, min(m + 10, d)))
+    for _ in range(4):
+        Q, _ = np.linalg.qr(Xs.T @ (Xs @ Q))
+    _, _, Vt = np.linalg.svd(Xs @ Q, full_matrices=False)
+    return np.ascontiguousarray((Q @ Vt.T)[:, :m])
+
+
+def within(W1: np.ndarray, Xs: np.ndarray, V: np.ndarray) -> np.ndarray:
+    """``W1``'s columns projected onto the axes ``V`` and scaled so that each unit's
+    pre-activation has standard deviation 1 on the sample ``Xs``: random directions of the
+    subspace that holds most of the rows' variance, where random directions in all features
+    spend most of their length on the rest (usps test split, 50 units, 30 seeds: purity error
+    median 19.43 -> 19.11 %, mean 19.72 -> 19.21 %; ncutemb.md)."""
+    W = V @ (V.T @ W1)
+    sd = np.sqrt(((Xs @ W) ** 2).mean(axis=0))
+    return W / np.where(sd > 0, sd, 1.0)
