@@ -142,6 +142,9 @@ def test_the_scaling_kernels_are_numpy_s_arithmetic_on_all_threads(tmp_path):
         wide = np.zeros((5000, 80), np.float32)
         wide[:, ::2] = X
         np.testing.assert_array_equal(sc.apply(wide[:, ::2]), want)  # (numpy's path)
+        buf = np.empty(X.shape, np.float32)  # out= on either path
+        assert sc.apply(wide[:, ::2], out=buf) is buf and sc.apply(X, out=buf) is buf
+        np.testing.assert_array_equal(buf, want)
         np.testing.assert_array_equal(sc.apply(X[::3]), want[::3])
 
 

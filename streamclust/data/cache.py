@@ -308,17 +308,12 @@ def _rescale(path: str, n: int, d: int, batch_size: int, scaler, transform: str,
     """Replace the rows of the cache file ``path`` by ``transform(scaler(rows))``, a batch at a
     time; a float32 cache's rows in place, on all threads (no copy through the Python heap)."""
     from .transforms import apply
-    from .widen import unit_rows
     mm = np.memmap(path, dtype=dtype, mode="r+", shape=(n, d))
     for s in range(0, n, batch_size):
         check_interrupt()
         rows = mm[s:s + batch_size]
-        if dtype == np.float32 and transform in ("", "l2"):
-            done = scaler.apply(rows, out=rows)
-            if done is not rows:  # (numpy's path: a new array)
-                rows[...] = done
-            if transform == "l2":
-                unit_rows(rows, out=rows)
+        if dtype == np.float32:
+            apply(transform, scaler.apply(rows, out=rows), out=rows)
         else:
             mm[s:s + batch_size] = _stored(apply(transform, scaler.apply(np.array(rows, np.float32))),
                                            dtype)

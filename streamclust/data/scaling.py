@@ -130,17 +130,20 @@ class Scaler:
     factor: np.ndarray
 
     def apply(self, X: np.ndarray, out=None) -> np.ndarray:
-        """``X`` scaled, float32; ``out`` (a float32 matrix of ``X``'s shape, which may be ``X``
-        itself) receives it where ``X`` is a float32 matrix of rows with unit stride."""
+        """``X`` scaled, float32, into ``out`` when given (a float32 matrix of ``X``'s shape,
+        which may be ``X`` itself)."""
         if len(X) == 0:
-            return np.asarray(X, dtype=np.float32)
+            return np.asarray(X, dtype=np.float32) if out is None else out
         if _kernel_rows(X):
             out = np.empty(X.shape, np.float32) if out is None else out
             _scale_rows(X, np.asarray(self.offset, np.float64), np.asarray(self.factor, np.float64),
                         out)
             return out
-        return np.ascontiguousarray(((np.asarray(X, np.float64) - self.offset) * self.factor)
-                                    .astype(np.float32))
+        Y = ((np.asarray(X, np.float64) - self.offset) * self.factor).astype(np.float32)
+        if out is None:
+            return np.ascontiguousarray(Y)
+        out[...] = Y
+        return out
 
     def inverse(self, Z: np.ndarray) -> np.ndarray:
         """Back to the input's units (e.g. cluster centres), float64."""

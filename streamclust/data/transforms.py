@@ -32,9 +32,13 @@ def check(name: str) -> str:
     return name
 
 
-def apply(name: str, X: np.ndarray) -> np.ndarray:
-    """``""``: X unchanged; ``"l2"``: every row divided by its Euclidean norm (zero rows stay 0)."""
+def apply(name: str, X: np.ndarray, out=None) -> np.ndarray:
+    """``""``: X unchanged; ``"l2"``: every row divided by its Euclidean norm (zero rows stay 0).
+    ``out`` (a float32 matrix of ``X``'s shape, which may be ``X``) receives the rows when given."""
     if not name or len(X) == 0:
+        if out is not None and out is not X:
+            out[...] = X
+            return out
         return X
     from .widen import unit_rows
-    return unit_rows(np.ascontiguousarray(X, dtype=np.float32))  # rows on all threads
+    return unit_rows(np.ascontiguousarray(X, dtype=np.float32), out=out)  # rows on all threads
