@@ -50,6 +50,26 @@ def setup_logging(level: str) -> None:
         h.setFormatter(logging.Formatter("%(message)s"))
         logger.addHandler(h)
     logger.setLevel(level.upper())
+    _plain_warnings()
+
+
+def _plain_warnings() -> None:
+    """streamclust's own warnings on stderr as one ``warning: ...`` line (a command line user has
+    no use for the source line Python prints); other packages' as Python prints them."""
+    import os
+    import warnings
+    if getattr(warnings.showwarning, "_streamclust_cli", False):
+        return
+    here = os.path.dirname(os.path.abspath(__file__))
+    default = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if os.path.abspath(filename).startswith(here + os.sep):
+            print(f"warning: {message}", file=sys.stderr if file is None else file)
+        else:
+            default(message, category, filename, lineno, file, line)
+    show._streamclust_cli = True
+    warnings.showwarning = show
 
 
 def quiet_logging() -> None:

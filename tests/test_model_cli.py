@@ -116,6 +116,14 @@ def test_cli_fit_without_k_for_an_algorithm_that_chooses_it(tmp_path):
                                   "bandwidth=1.0", "-q", "-o", str(tmp_path / "m")])
     assert r.exit_code == 0 and f"infex: {m.n_clusters} clusters" in r.output, r.output
     np.testing.assert_array_equal(streamclust.load_model(str(tmp_path / "m")).predict(X), m.predict(X))
+    # a -k given anyway: said in one line, without Python's source line of the warning
+    r = CliRunner().invoke(main, ["fit", str(tmp_path / "d.parquet"), "-a", "infex", "-k", "5",
+                                  "--set", "bandwidth=1.0", "-q", "-o", str(tmp_path / "m3")])
+    assert r.exit_code == 0, r.output
+    said = [ln for ln in r.stderr.splitlines() if "is ignored" in ln]
+    assert said == ["warning: algorithm 'infex' chooses the number of clusters itself; "
+                    "n_clusters=5 is ignored"], r.stderr
+    assert "UserWarning" not in r.stderr and "_fit(" not in r.stderr
     r = CliRunner().invoke(main, ["fit", str(tmp_path / "d.parquet"), "-a", "dgmm", "-q", "-o",
                                   str(tmp_path / "m2")])
     assert r.exit_code != 0 and "'dgmm' needs the number of clusters" in r.output
