@@ -44,6 +44,8 @@ Choices where the paper is silent:
 """
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 from streamclust import Algorithm, Assignment, EpochReport, Requirements
@@ -57,6 +59,8 @@ from .params import PARAMS, parse_grid
 from .sample import SampleSolve
 from .starts import Starts
 from .update import Updates
+
+log = logging.getLogger(__name__)
 
 
 class SLK(Updates, Starts, Algorithm):
@@ -285,6 +289,15 @@ class SLK(Updates, Starts, Algorithm):
         if self._best is None:  # stopped (max_epochs) before any run finished
             self._finish_run(ctx, self._E[-1] if self._E else np.inf)
         b = self._best
+        if not b.get("full", True):
+            sizes = np.bincount(b["labels"][b["labels"] >= 0], minlength=self.n_clusters)
+            empty = [str(int(l)) for l in np.flatnonzero(sizes == 0)]
+            log.warning("SLK: %d of %d clusters are empty (%s): every run emptied at least one "
+                        "(lambda_ = %g, %d neighbours a row, sigma^2 = %.4g); normalize=%s, a smaller "
+                        "lambda_ or another n_neighbors may keep them", len(empty), self.n_clusters,
+                        ", ".join(empty[:10]) + (", ..." if len(empty) > 10 else ""),
+                        float(b["lambda"]), int(self.n_neighbors_), self.sigma2_,
+                        str(not self.hyper["normalize"]).lower())
         self.lambda_value_ = float(b["lambda"])
         self.best_run_ = int(b["run"])
         self.energy_ = float(b["E"])

@@ -101,6 +101,32 @@ def test_a_run_that_empties_a_cluster_is_not_kept():
     assert np.bincount(m.labels_, minlength=2).min() > 0
 
 
+def test_a_fit_whose_every_run_empties_a_cluster_says_so(caplog):
+    """Two 50-dimensional Gaussians 2 apart, off the origin by 5 in every feature: as unit rows
+    they are one cloud, every run ends with one cluster, and the fit says which clusters are
+    empty and what may keep them; on the rows as they are, both clusters hold their Gaussian
+    and nothing is said."""
+    import logging
+    rng = np.random.default_rng(0)
+    X = (np.vstack([rng.normal(0, 1, (150, 50)) + 1, rng.normal(0, 1, (150, 50)) - 1]) + 5
+         ).astype(np.float32)
+    y = np.repeat([0, 1], 150)
+    with caplog.at_level(logging.WARNING, logger="streamclust_slk"):
+        m = streamclust.fit(X, "slk", 2, seed=0, progress=False)
+    sizes = np.bincount(m.labels_, minlength=2)
+    said = [r.getMessage() for r in caplog.records if "clusters are empty" in r.getMessage()]
+    assert sizes.min() == 0 and said == [
+        f"SLK: 1 of 2 clusters are empty ({int(np.argmin(sizes))}): every run emptied at least "
+        f"one (lambda_ = 1, {m.algorithm_.n_neighbors_} neighbours a row, sigma^2 = "
+        f"{m.algorithm_.sigma2_:.4g}); normalize=false, a smaller lambda_ or another "
+        "n_neighbors may keep them"], said
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="streamclust_slk"):
+        m = streamclust.fit(X, "slk", 2, seed=0, normalize=False, progress=False)
+    assert nmi(y, m.labels_) == 1.0
+    assert not [r for r in caplog.records if "clusters are empty" in r.getMessage()]
+
+
 def test_an_update_keeps_the_fit_s_neighbour_count(tmp_path, monkeypatch):
     """A fit of high intrinsic dimension on a reference sample, then new rows: the update solves
     with the fit's ρ (not one estimated again on the grown graph), old rows keep their labels
