@@ -12,6 +12,9 @@ import pyarrow.parquet as pq
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHARED_DATA = os.path.normpath(os.path.join(HERE, "..", "..", "shared", "data"))
+#: threads of the peer libraries (pynndescent, hnswlib) in the kNN benchmarks: 2, the project's
+#: machines; ``BENCH_PEER_THREADS=16`` on a 16-core one (``device_cores.sh``)
+PEER_THREADS = int(os.environ.get("BENCH_PEER_THREADS", "2"))
 
 
 def table(rows, headers):

@@ -1,7 +1,7 @@
 """Embeddings at scale, each beside its peers in the same run (issue 47).
 
 ``graph``: the cosine kNN graph (``streamclust graph --metric cosine``) of every ``--data``
-directory, against pynndescent (``n_jobs=2``, ``metric="cosine"``; ``pynndescent:30`` in
+directory, against pynndescent (``n_jobs=2``: ``BENCH_PEER_THREADS``; ``metric="cosine"``; ``pynndescent:30`` in
 ``--peers`` searches 30 neighbours and keeps the first k, its way to a higher recall) and one in-memory hnswlib
 index (``space="cosine"``, M 16, ef_construction 100), both given the rows in memory: seconds,
 recall@k (the share of found neighbours at most as far as the k-th exact neighbour, over
@@ -34,7 +34,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # _common, jobs
-from _common import table  # noqa: E402
+from _common import PEER_THREADS, table  # noqa: E402
 from _common import drop_own, exact_sample, recall, run  # noqa: E402
 
 
@@ -52,13 +52,13 @@ def graph_peer(name, work, k, out):
         import hnswlib
         index = hnswlib.Index(space="cosine", dim=d)
         index.init_index(max_elements=n, ef_construction=100, M=16, random_seed=0)
-        index.add_items(X, np.arange(n), num_threads=2)
+        index.add_items(X, np.arange(n), num_threads=PEER_THREADS)
         index.set_ef(max(24, 2 * k + 2))
-        ids, _ = index.knn_query(X, k=k + 1, num_threads=2)
+        ids, _ = index.knn_query(X, k=k + 1, num_threads=PEER_THREADS)
     else:  # "pynndescent" or "pynndescent:K": K neighbours searched, the first k + 1 kept
         from pynndescent import NNDescent
         wide = int(name.split(":")[1]) if ":" in name else k + 1
-        ids = NNDescent(X, metric="cosine", n_neighbors=max(wide, k + 1), n_jobs=2,
+        ids = NNDescent(X, metric="cosine", n_neighbors=max(wide, k + 1), n_jobs=PEER_THREADS,
                         random_state=0).neighbor_graph[0][:, :k + 1]
     np.save(out, drop_own(ids, k))
 

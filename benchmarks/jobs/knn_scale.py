@@ -1,7 +1,7 @@
 """The kNN graph at millions of rows: seconds, recall@k and peak anonymous memory of
 ``streamclust graph`` on the deformed digits of ``make_digits.py`` at each size, beside one
 in-memory hnswlib index over all rows (same M / ef_construction / ef, both cores) and
-pynndescent (``n_jobs=2``) at the first size, in the same run.  Then appending 10 % more rows
+pynndescent (``n_jobs=2``: ``BENCH_PEER_THREADS``) at the first size, in the same run.  Then appending 10 % more rows
 (a file added to the first size's directory) to its graph against a full build of all of them.
 
 Recall@k: the share of found neighbours at most as far as the k-th exact neighbour (ties count),
@@ -24,7 +24,8 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # _common, jobs
-from _common import FILE_ROWS, drop_own, ensure_data, exact_sample, recall, run, size_dir, table  # noqa: E402
+from _common import (FILE_ROWS, PEER_THREADS, drop_own, ensure_data, exact_sample,  # noqa: E402
+                     recall, run, size_dir, table)
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # benchmarks/
 
@@ -57,12 +58,12 @@ def peer(name, features_path, n, d, k, out):
         import hnswlib
         index = hnswlib.Index(space="l2", dim=d)
         index.init_index(max_elements=n, ef_construction=100, M=16, random_seed=0)
-        index.add_items(X, np.arange(n), num_threads=2)
+        index.add_items(X, np.arange(n), num_threads=PEER_THREADS)
         index.set_ef(max(24, 2 * k + 2))
-        ids, _ = index.knn_query(X, k=k + 1, num_threads=2)
+        ids, _ = index.knn_query(X, k=k + 1, num_threads=PEER_THREADS)
     else:
         from pynndescent import NNDescent
-        ids = NNDescent(X, n_neighbors=k + 1, n_jobs=2, random_state=0).neighbor_graph[0]
+        ids = NNDescent(X, n_neighbors=k + 1, n_jobs=PEER_THREADS, random_state=0).neighbor_graph[0]
     np.save(out, drop_own(ids, k))
 
 
