@@ -293,11 +293,12 @@ class SLK(Updates, Starts, Algorithm):
             sizes = np.bincount(b["labels"][b["labels"] >= 0], minlength=self.n_clusters)
             empty = [str(int(l)) for l in np.flatnonzero(sizes == 0)]
             log.warning("SLK: %d of %d clusters are empty (%s): every run emptied at least one "
-                        "(lambda_ = %g, %d neighbours a row, sigma^2 = %.4g); normalize=%s, a smaller "
-                        "lambda_ or another n_neighbors may keep them", len(empty), self.n_clusters,
+                        "(lambda_ = %g, %d neighbours a row). A smaller lambda_ weighs the graph "
+                        "less against the modes' kernel%s", len(empty), self.n_clusters,
                         ", ".join(empty[:10]) + (", ..." if len(empty) > 10 else ""),
-                        float(b["lambda"]), int(self.n_neighbors_), self.sigma2_,
-                        str(not self.hyper["normalize"]).lower())
+                        float(b["lambda"]), int(self.n_neighbors_),
+                        "; rows far off the origin may be one cloud as unit rows (normalize=false)"
+                        if self.hyper["normalize"] else "")
         self.lambda_value_ = float(b["lambda"])
         self.best_run_ = int(b["run"])
         self.energy_ = float(b["E"])
