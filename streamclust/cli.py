@@ -166,13 +166,26 @@ def fit(data, algorithm, clusters, features, exclude, scale, metric, cache_dtype
                 **({"stopped": info["stopped"]} if "stopped" in info else {}),
                 "objective": objective, "seconds": info["seconds"], "out": path}, True)
         return
-    click.echo(f"{algorithm}: {model.n_clusters} clusters on {info['rows']} rows × {info['features']} features"
-               f" ({info['rows_skipped']} skipped), {info['epochs']} epochs, "
+    click.echo(f"{algorithm}: {model.n_clusters} clusters{_held(model)} on {info['rows']} rows × "
+               f"{info['features']} features ({info['rows_skipped']} skipped), {info['epochs']} epochs, "
                f"converged={info['converged']}"
                + (f" (stopped: {info['stopped']})" if "stopped" in info else "") + ", "
                f"objective={float('nan') if objective is None else objective:.6g}, "
                f"{info['seconds']:.2f} s -> {path}")
 
+
+def _held(model) -> str:
+    """The summary's note where the fit's labels of its rows (``labels_``, where the algorithm
+    keeps them) leave clusters empty: " (only N hold rows)"; else ""."""
+    import numpy as np
+    labels = getattr(model.algorithm_, "labels_", None)
+    if labels is None or not len(labels):
+        return ""
+    labels = np.asarray(labels)
+    held = int((np.bincount(labels[labels >= 0], minlength=model.n_clusters) > 0).sum())
+    if held >= model.n_clusters:
+        return ""
+    return f" (only {held} hold{'s' if held == 1 else ''} rows)"
 
 
 def _update(data, work_dir, sets, max_epochs, quiet, scheduler, workers, resume, out, overwrite,

@@ -190,3 +190,27 @@ def test_cli_predict_feeds_a_progress_bar_and_takes_quiet(tmp_path, blob_dir, bl
         np.testing.assert_array_equal(got, model.predict(X))
     assert [c.rows for c in calls] == [600, 600]
     assert [c.show for c in calls] == [True, False]
+
+
+def test_cli_summary_says_how_many_clusters_hold_rows(tmp_path):
+    """The fit's summary line counts the clusters its own labels of the rows hold, where fewer
+    than asked: SLK on two Gaussians off the origin (one cloud as unit rows) keeps one of two;
+    on the rows as they are (normalize=false) both, and the line is as before."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    rng = np.random.default_rng(0)
+    X = (np.vstack([rng.normal(0, 1, (150, 50)) + 1, rng.normal(0, 1, (150, 50)) - 1]) + 5
+         ).astype(np.float32)
+    pq.write_table(pa.table({"x": pa.FixedSizeListArray.from_arrays(pa.array(X.ravel()), 50)}),
+                   tmp_path / "d.parquet")
+    lines = {}
+    for name, sets in (("unit", []), ("raw", ["--set", "normalize=false"])):
+        r = CliRunner().invoke(main, ["fit", str(tmp_path / "d.parquet"), "-a", "slk", "-k", "2",
+                                      "-q", *sets, "-o", str(tmp_path / name)])
+        assert r.exit_code == 0, r.output
+        labels = streamclust.load_model(str(tmp_path / name)).predict(X)
+        lines[name] = ([ln for ln in r.stdout.splitlines() if ln.startswith("slk: ")],
+                       len(np.unique(labels)))
+    assert lines["unit"][1] == 1 and lines["unit"][0][0].startswith(
+        "slk: 2 clusters (only 1 holds rows) on 300 rows"), lines
+    assert lines["raw"][1] == 2 and lines["raw"][0][0].startswith("slk: 2 clusters on 300 rows")
