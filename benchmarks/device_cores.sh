@@ -42,6 +42,12 @@ log="$out/$stage.txt"
       python3 benchmarks/bench_knn.py embeddings dgmm --data "$dir/emb384" --peers faiss
       ;;
     graph)
+      # both builds compiled once on small rows first (numba's caches are per machine)
+      [ -f "$dir/warm/emb384/part-00000.parquet" ] || python3 benchmarks/make_embeddings.py \
+          20000 "$dir/warm/emb384" --dim 384 --dtype float16 > /dev/null
+      python3 -m streamclust.cli graph "$dir/warm/emb384" -n 10 -f x --metric cosine -q \
+          --out "$dir/warm/graph" --overwrite > /dev/null
+      python3 -c "import numpy as np; from pynndescent import NNDescent; NNDescent(np.random.default_rng(0).random((5000, 384), np.float32), metric='cosine', n_neighbors=11, n_jobs=$cores)"
       BENCH_PEER_THREADS=$cores python3 benchmarks/bench_knn.py embeddings graph \
           --data "$dir/emb384" --peers pynndescent
       ;;

@@ -3,6 +3,8 @@
 in-memory hnswlib index over all rows (same M / ef_construction / ef, both cores) and
 pynndescent (``n_jobs=2``: ``BENCH_PEER_THREADS``) at the first size, in the same run.  Then appending 10 % more rows
 (a file added to the first size's directory) to its graph against a full build of all of them.
+pynndescent's note also gives its build alone, timed in its process after a build of 5 000 rows
+(its numba kernels compile in every process).
 
 Recall@k: the share of found neighbours at most as far as the k-th exact neighbour (ties count),
 over ``--sample`` rows whose exact neighbours are found by brute force over all rows.  Memory:
@@ -20,6 +22,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -63,7 +66,10 @@ def peer(name, features_path, n, d, k, out):
         ids, _ = index.knn_query(X, k=k + 1, num_threads=PEER_THREADS)
     else:
         from pynndescent import NNDescent
+        NNDescent(X[:5000], n_neighbors=k + 1, n_jobs=PEER_THREADS, random_state=0)  # compiled
+        t = time.perf_counter()
         ids = NNDescent(X, n_neighbors=k + 1, n_jobs=PEER_THREADS, random_state=0).neighbor_graph[0]
+        json.dump({"build_seconds": time.perf_counter() - t}, open(out + ".json", "w"))
     np.save(out, drop_own(ids, k))
 
 
@@ -111,8 +117,12 @@ def main():
             sec, mib = run([sys.executable, __file__, "--data", a.data, "--peer", name,
                             os.path.join(work, "features.f32"), str(n), str(X.shape[1]), str(a.k), out])
             ids = np.load(out, mmap_mode="r")
+            built = json.load(open(out + ".json"))["build_seconds"] if os.path.exists(out + ".json") \
+                else None
             rows.append([name, n, f"{sec:.1f}", f"{recall(X, sample, ids[sample], exact_d):.4f}",
-                         f"{mib:.0f}", f"streamclust / {name}: {sec0 / sec:.2f}× the time"])
+                         f"{mib:.0f}", f"streamclust / {name}: {sec0 / sec:.2f}× the time"
+                         + ("" if built is None else f" ({sec0 / built:.2f}× its {built:.1f} s "
+                                                     "build after its kernels compiled)")])
             print(*rows[-1], flush=True)
         if a.dask:
             dwork = os.path.join(root, "work-dask")
