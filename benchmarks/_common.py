@@ -1,6 +1,7 @@
 """Helpers shared by the benchmark families (``bench_*.py``, their jobs in ``jobs/``): tables,
 the data generators' files, peak memory of a child process, exact neighbours and recall."""
 import glob
+import json
 import os
 import statistics
 import subprocess
@@ -115,6 +116,28 @@ def run(cmd):
     if p.wait() != 0:
         raise SystemExit(f"failed: {' '.join(cmd)}")
     return time.perf_counter() - t, peak / 1024
+
+
+def pynndescent_ids(X, out, **kw):
+    """In a peer's process: pynndescent's graph of ``X`` (``NNDescent(X, **kw)``'s ids), its
+    build timed alone into ``out.json`` after a build of 5 000 rows has compiled its numba
+    kernels (they compile in every process)."""
+    from pynndescent import NNDescent
+    NNDescent(X[:5000], **kw)
+    t = time.perf_counter()
+    ids = NNDescent(X, **kw).neighbor_graph[0]
+    with open(out + ".json", "w") as f:
+        json.dump({"build_seconds": time.perf_counter() - t}, f)
+    return ids
+
+
+def build_note(out, ours):
+    """The note's ratio of ``ours`` (seconds) to a peer's build alone, where it timed one."""
+    if not os.path.exists(out + ".json"):
+        return ""
+    with open(out + ".json") as f:
+        built = json.load(f)["build_seconds"]
+    return f" ({ours / built:.2f}x its {built:.1f} s build after its kernels compiled)"
 
 
 def exact_sample(X, rows, k, chunk=16384):

@@ -1,11 +1,12 @@
 """Embeddings at scale, each beside its peers in the same run (issue 47).
 
 ``graph``: the cosine kNN graph (``streamclust graph --metric cosine``) of every ``--data``
-directory, against pynndescent (``n_jobs=2``: ``BENCH_PEER_THREADS``; ``metric="cosine"``; ``pynndescent:30`` in
-``--peers`` searches 30 neighbours and keeps the first k, its way to a higher recall) and one in-memory hnswlib
-index (``space="cosine"``, M 16, ef_construction 100), both given the rows in memory: seconds,
-recall@k (the share of found neighbours at most as far as the k-th exact neighbour, over
-``--sample`` rows whose exact neighbours are found by brute force) and peak anonymous memory.
+directory, against pynndescent (``n_jobs=2``: ``BENCH_PEER_THREADS``; ``metric="cosine"``;
+``pynndescent:30`` in ``--peers`` searches 30 neighbours and keeps the first k, its way to a
+higher recall) and one in-memory hnswlib index (``space="cosine"``, M 16, ef_construction
+100), both given the rows in memory: seconds, recall@k (the share of found neighbours at most as
+far as the k-th exact neighbour, over ``--sample`` rows whose exact neighbours are found by brute
+force) and peak anonymous memory.
 pynndescent's note also gives its build alone, timed in its process after a build of 5 000 rows
 (its numba kernels compile in every process: at 30 000 rows ~35 of its ~40 s).
 Where the data hold a ``label`` column (``make_embeddings.py``: the topic), the recall is also
@@ -36,7 +37,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # _common, jobs
-from _common import PEER_THREADS, table  # noqa: E402
+from _common import PEER_THREADS, build_note, pynndescent_ids, table  # noqa: E402
 from _common import drop_own, exact_sample, recall, run  # noqa: E402
 
 
@@ -58,13 +59,9 @@ def graph_peer(name, work, k, out):
         index.set_ef(max(24, 2 * k + 2))
         ids, _ = index.knn_query(X, k=k + 1, num_threads=PEER_THREADS)
     else:  # "pynndescent" or "pynndescent:K": K neighbours searched, the first k + 1 kept
-        from pynndescent import NNDescent
         wide = int(name.split(":")[1]) if ":" in name else k + 1
-        kw = dict(metric="cosine", n_neighbors=max(wide, k + 1), n_jobs=PEER_THREADS, random_state=0)
-        NNDescent(X[:5000], **kw)  # its kernels compiled first (numba, per process): build time
-        t = time.perf_counter()
-        ids = NNDescent(X, **kw).neighbor_graph[0][:, :k + 1]
-        json.dump({"build_seconds": time.perf_counter() - t}, open(out + ".json", "w"))
+        ids = pynndescent_ids(X, out, metric="cosine", n_neighbors=max(wide, k + 1),
+                              n_jobs=PEER_THREADS, random_state=0)[:, :k + 1]
     np.save(out, drop_own(ids, k))
 
 
@@ -108,12 +105,9 @@ def graph(a, root):
         for name in [p for p in a.peers.split(",") if p]:
             out = os.path.join(root, f"{name}.npy")
             s, m = run([sys.executable, __file__, "peer", name, work, str(a.k), out])
-            built = json.load(open(out + ".json"))["build_seconds"] if os.path.exists(out + ".json") \
-                else None
             rows.append([name, f"{n} x {d}", f"{s:.1f}", *recalls(np.load(out, mmap_mode="r")),
                          f"{m:.0f}", f"streamclust / {name}: {sec / s:.2f}x the time"
-                         + ("" if built is None else f" ({sec / built:.2f}x its {built:.1f} s build "
-                                                     "after its kernels compiled)")])
+                         + build_note(out, sec)])
             print(*rows[-1], flush=True)
         shutil.rmtree(work)
     print()

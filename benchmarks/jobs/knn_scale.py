@@ -1,8 +1,9 @@
 """The kNN graph at millions of rows: seconds, recall@k and peak anonymous memory of
 ``streamclust graph`` on the deformed digits of ``make_digits.py`` at each size, beside one
 in-memory hnswlib index over all rows (same M / ef_construction / ef, both cores) and
-pynndescent (``n_jobs=2``: ``BENCH_PEER_THREADS``) at the first size, in the same run.  Then appending 10 % more rows
-(a file added to the first size's directory) to its graph against a full build of all of them.
+pynndescent (``n_jobs=2``: ``BENCH_PEER_THREADS``) at the first size, in the same run.  Then
+appending 10 % more rows (a file added to the first size's directory) to its graph against a full
+build of all of them.
 pynndescent's note also gives its build alone, timed in its process after a build of 5 000 rows
 (its numba kernels compile in every process).
 
@@ -22,13 +23,12 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # _common, jobs
-from _common import (FILE_ROWS, PEER_THREADS, drop_own, ensure_data, exact_sample,  # noqa: E402
-                     recall, run, size_dir, table)
+from _common import (FILE_ROWS, PEER_THREADS, build_note, drop_own, ensure_data,  # noqa: E402
+                     exact_sample, pynndescent_ids, recall, run, size_dir, table)
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # benchmarks/
 
@@ -65,11 +65,7 @@ def peer(name, features_path, n, d, k, out):
         index.set_ef(max(24, 2 * k + 2))
         ids, _ = index.knn_query(X, k=k + 1, num_threads=PEER_THREADS)
     else:
-        from pynndescent import NNDescent
-        NNDescent(X[:5000], n_neighbors=k + 1, n_jobs=PEER_THREADS, random_state=0)  # compiled
-        t = time.perf_counter()
-        ids = NNDescent(X, n_neighbors=k + 1, n_jobs=PEER_THREADS, random_state=0).neighbor_graph[0]
-        json.dump({"build_seconds": time.perf_counter() - t}, open(out + ".json", "w"))
+        ids = pynndescent_ids(X, out, n_neighbors=k + 1, n_jobs=PEER_THREADS, random_state=0)
     np.save(out, drop_own(ids, k))
 
 
@@ -117,12 +113,9 @@ def main():
             sec, mib = run([sys.executable, __file__, "--data", a.data, "--peer", name,
                             os.path.join(work, "features.f32"), str(n), str(X.shape[1]), str(a.k), out])
             ids = np.load(out, mmap_mode="r")
-            built = json.load(open(out + ".json"))["build_seconds"] if os.path.exists(out + ".json") \
-                else None
             rows.append([name, n, f"{sec:.1f}", f"{recall(X, sample, ids[sample], exact_d):.4f}",
                          f"{mib:.0f}", f"streamclust / {name}: {sec0 / sec:.2f}× the time"
-                         + ("" if built is None else f" ({sec0 / built:.2f}× its {built:.1f} s "
-                                                     "build after its kernels compiled)")])
+                         + build_note(out, sec0)])
             print(*rows[-1], flush=True)
         if a.dask:
             dwork = os.path.join(root, "work-dask")
