@@ -34,6 +34,7 @@ from .cells import (assign, assigned_pairs, bucket, clouds, coarse_centres, coun
                     n_cells, probe_pairs, probe_ratio)
 from .files import assign_path, centres_path, read_result, reference_path
 from .lists import insert_rows, reverse_edges
+from .schedule import alone
 from .searches import SEARCH_BATCH, search_cell, search_own
 
 log = logging.getLogger("streamclust")
@@ -199,17 +200,18 @@ def _own_cells(st, lists_out, first, assigned, start, stop, counts, kq, extend):
     items = [(st.source, d, c, (path, int(offsets[c]), int(offsets[c + 1])), st.settings,
               bs, kq, extend) for c in cells]
     if not getattr(st.executor, "distributed", False):
-        # a cell of more rows than a thread's share (and ROUNDS_MIN_ROWS) would hold the other
-        # threads up, and one over the limit of cells built side by side (a cloud's, merged)
-        # fits the memory plan only alone: such cells first, one at a time on every thread
-        # (NN-descent in rounds; an extended cell on one)
-        share = max(int(counts.sum()) / st.nt, ROUNDS_MIN_ROWS) if st.nt > 1 and not extend \
-            else np.inf
-        alone = min(share, _side_by_side(st))
+        # first, one at a time on every thread (NN-descent in rounds; an extended cell on one):
+        # a cell over the limit of cells built side by side (a cloud's, merged), which fits the
+        # memory plan only alone, then as many of the largest as shorten the build
+        # (:func:`.schedule.alone`: one that outweighs the others' share, a pool's last wave)
+        sizes = [int(counts[it[2]]) for it in items]
+        n_alone = sum(s > _side_by_side(st) for s in sizes)
+        if st.nt > 1 and not extend:
+            n_alone += alone(sizes[n_alone:], st.nt, ROUNDS_MIN_ROWS, ROUNDS_MIN_ROWS // 4)
         with use_threads(st.nt, blas=None):
-            for item in (it for it in items if counts[it[2]] > alone):
+            for item in items[:n_alone]:
                 build_cell(*item, progress=st.progress, threads=1 if extend else st.nt)
-        items = [it for it in items if counts[it[2]] <= alone]
+        items = items[n_alone:]
     _run(st.executor, st.nt, build_cell, items, [int(counts[it[2]]) for it in items],
          st.progress)
     results = [("own", c) for c in cells]
@@ -231,8 +233,9 @@ def _own_cells(st, lists_out, first, assigned, start, stop, counts, kq, extend):
     return cells
 
 
-#: a cell is built on every thread (:mod:`.rounds`) only from this many rows: below, its
-#: NN-descent takes about a second on one (and the graphs of small data stay those of one)
+#: a build runs cells on every thread (:mod:`.rounds`) only when its largest has this many rows
+#: (below, its NN-descent takes about a second on one, and the graphs of small data stay those
+#: of one), and then none of under a quarter of it (:func:`.schedule.alone`)
 ROUNDS_MIN_ROWS = 50_000
 
 

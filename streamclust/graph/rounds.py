@@ -1,5 +1,5 @@
 """NN-descent of one large cell on all threads, in rounds (a cell that would hold the build up
-alone: more rows than a thread's share of the data, see ``build._own_cells``).
+alone beside others: see ``schedule.alone``).
 
 :func:`.descent.descent` joins row after row, each join's list changes seen by the next.  Here
 an iteration's rows go in rounds of a fixed number of rows: the joins of a round's rows are
