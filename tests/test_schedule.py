@@ -89,3 +89,35 @@ def test_a_build_of_three_cells_on_two_threads_runs_the_largest_alone_first(tmp_
     np.fill_diagonal(d, np.inf)
     exact = np.argsort(d, 1)[:, :10]
     assert np.mean([len(set(a) & set(b)) for a, b in zip(g.ids, exact)]) / 10 >= 0.99
+
+
+def test_searches_of_the_busiest_cells_shared_by_every_thread_give_the_same_graph(tmp_path,
+                                                                                 monkeypatch):
+    """One cloud of 3 000 rows in 12 dimensions cut into ten cells (not merged), a dense core
+    in one: the cells searched by the most rows go first, one at a time, their queries shared
+    by both threads, as far as that shortens the searches (the core's cell among them); every
+    cell searched by one thread gives the same graph to the bit."""
+    from streamclust.graph import build, cells
+    monkeypatch.setattr(cells, "CLOUD_SHARE", 1.1)
+    monkeypatch.setattr(cells, "PIECE_SHARE", 1.1)
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(3000, 12)).astype(np.float32)
+    X[:300] *= 0.2  # a dense core: its cell is searched by many rows of the cells around it
+    real, calls = build.search_cell, []
+
+    def watched(*item, threads=1, **kw):
+        calls.append((item[3][2] - item[3][1], threads))
+        return real(*item, threads=threads, **kw)
+    monkeypatch.setattr(build, "search_cell", watched)
+    monkeypatch.setattr(build, "SEARCH_BATCH", 50)  # (the fewest searches a cell alone takes)
+    kw = dict(cell_rows=300, min_cell_rows=100, threads=2)
+    g = streamclust.knn_graph(X, 10, work_dir=str(tmp_path / "a"), **kw)
+    shared = [c for c in calls if c[1] == 2]
+    assert shared and calls[:len(shared)] == shared  # first, one at a time
+    assert min(c[0] for c in shared) >= max(c[0] for c in calls if c[1] == 1)
+    calls.clear()
+    monkeypatch.setattr(build, "alone", lambda *a: 0)
+    h = streamclust.knn_graph(X, 10, work_dir=str(tmp_path / "b"), **kw)
+    assert all(c[1] == 1 for c in calls)
+    np.testing.assert_array_equal(g.ids, h.ids)
+    np.testing.assert_array_equal(g.distances, h.distances)

@@ -166,13 +166,17 @@ def _search_cells(st, lists_out, first, assigned, start, stop, kq, sizes):
               bs, kq) for c in cells]
     t0 = time.perf_counter()
     if not getattr(st.executor, "distributed", False) and st.nt > 1:
-        # a cell over the limit of cells built side by side (a cloud's, joined) fits the memory
-        # plan only alone: searched first, one at a time, its queries shared by every thread
-        # (10M embeddings: two joined halves of one topic searched at once went 130 MiB over)
-        alone = _side_by_side(st)
-        for item in (it for it in items if sizes[it[2]] > alone):
+        # first, one at a time, its queries shared by every thread (the same answers): a cell
+        # over the limit of cells built side by side (a cloud's, joined), which fits the memory
+        # plan only alone (10M embeddings: two joined halves of one topic searched at once went
+        # 130 MiB over), then the cells searched by the most rows as long as that shortens the
+        # searches (:func:`.schedule.alone`, rows searched as the work)
+        items.sort(key=lambda it: (sizes[it[2]] <= _side_by_side(st), -int(counts[it[2]])))
+        n_alone = sum(sizes[it[2]] > _side_by_side(st) for it in items)
+        n_alone += alone([int(counts[it[2]]) for it in items[n_alone:]], st.nt, 0, SEARCH_BATCH)
+        for item in items[:n_alone]:
             search_cell(*item, threads=st.nt)
-        items = [it for it in items if sizes[it[2]] <= alone]
+        items = items[n_alone:]
     _run(st.executor, st.nt, search_cell, items, [int(counts[it[2]]) for it in items], None)
     t1 = time.perf_counter()
     probes = np.load(path, mmap_mode="r")
