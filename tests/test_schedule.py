@@ -34,15 +34,15 @@ def test_the_pool_finishes_when_a_step_by_step_simulation_does(threads):
 
 
 def test_the_cells_built_alone_are_the_count_with_the_least_time():
-    """Every count of the largest cells built alone, timed by the simulation (alone: rows over
-    threads · ROUNDS_EFFICIENCY): the chosen count is the fastest (the fewer on a tie); none
+    """Every count of the largest cells built alone, timed by the simulation (alone:
+    ``rounds_time``): the chosen count is the fastest (the fewer on a tie); none
     when the largest cell is under ``at_least``, none under ``smallest``."""
     rng = np.random.default_rng(3)
     for threads, n in itertools.product((2, 4, 16), (1, 3, 8, 20, 40)):
         for _ in range(5):
             sizes = sorted(rng.integers(10, 60, size=n).tolist(), reverse=True)
-            rate = threads * schedule.ROUNDS_EFFICIENCY
-            times = [sum(sizes[:j]) / rate + _simulated(sizes[j:], threads)
+            times = [sum(schedule.rounds_time(s, threads) for s in sizes[:j])
+                     + _simulated(sizes[j:], threads)
                      for j in range(n + 1)]
             j = schedule.alone(sizes, threads, 0, 0)
             assert times[j] == pytest.approx(min(times)) and \

@@ -6,8 +6,8 @@ thread (``rounds.py``: NN-descent in rounds).  A pool of fewer cells than thread
 more (20 equal cells on 16 threads: a second wave of 4 with 12 threads waiting), or one cell
 that outweighs the others' share, leaves threads idle; building some of the largest cells alone
 first can shorten it.  :func:`alone` chooses how many by the build's estimated time, a cell's
-work counted as its rows: alone, its rows over ``threads · ROUNDS_EFFICIENCY``; side by side,
-the finish of a largest-first pool (each cell to the thread that frees first).
+work counted as its rows: alone, :func:`rounds_time` (a share on one thread, the rest on all);
+side by side, the finish of a largest-first pool (each cell to the thread that frees first).
 """
 from __future__ import annotations
 
@@ -16,6 +16,15 @@ import heapq
 #: threads' worth of one thread's work a cell built in rounds gets done per thread (50 000 rows
 #: of 50-wide digits, 2 threads: NN-descent 1.43 s in rounds against 2.4-2.65 s on one thread)
 ROUNDS_EFFICIENCY = 0.85
+#: the share of a cell's work that stays on one thread when it is built in rounds: its width
+#: probe, locality order and exact sample checks (a 103 421-row cell of 384-wide embeddings on 2
+#: threads, 2026-12-06: 0.15 + 0.09 + 0.3 s of about 20 thread-seconds)
+ROUNDS_SERIAL = 0.03
+
+
+def rounds_time(rows: float, threads: int) -> float:
+    """The time of a cell of ``rows`` built alone on ``threads`` threads, in one thread's rows."""
+    return rows * (ROUNDS_SERIAL + (1.0 - ROUNDS_SERIAL) / (threads * ROUNDS_EFFICIENCY))
 
 
 def pool_time(sizes, threads: int) -> float:
@@ -35,12 +44,11 @@ def alone(sizes, threads: int, at_least: int, smallest: int) -> int:
     sizes = [float(s) for s in sizes]
     if threads <= 1 or not sizes or sizes[0] < at_least:
         return 0
-    rate = threads * ROUNDS_EFFICIENCY
     best, best_j, before = pool_time(sizes, threads), 0, 0.0
     for j in range(1, len(sizes) + 1):
         if sizes[j - 1] < smallest:
             break
-        before += sizes[j - 1] / rate
+        before += rounds_time(sizes[j - 1], threads)
         if before >= best:  # (the rest's pool only adds to it)
             break
         t = before + pool_time(sizes[j:], threads)
