@@ -170,10 +170,13 @@ def _search_cells(st, lists_out, first, assigned, start, stop, kq, sizes):
         # over the limit of cells built side by side (a cloud's, joined), which fits the memory
         # plan only alone (10M embeddings: two joined halves of one topic searched at once went
         # 130 MiB over), then the cells searched by the most rows as long as that shortens the
-        # searches (:func:`.schedule.alone`, rows searched as the work)
+        # searches (:func:`.schedule.alone`, rows searched as the work), none by fewer than
+        # four batches: reading the cell, on one thread, costs as much as ~10 000 searches (1M
+        # embeddings, 2 threads: 0.17-0.74 s a cell; 10 009 searches 0.20 s, 401 168: 10.3 s)
         items.sort(key=lambda it: (sizes[it[2]] <= _side_by_side(st), -int(counts[it[2]])))
         n_alone = sum(sizes[it[2]] > _side_by_side(st) for it in items)
-        n_alone += alone([int(counts[it[2]]) for it in items[n_alone:]], st.nt, 0, SEARCH_BATCH)
+        n_alone += alone([int(counts[it[2]]) for it in items[n_alone:]], st.nt, 0,
+                         4 * SEARCH_BATCH)
         for item in items[:n_alone]:
             search_cell(*item, threads=st.nt)
         items = items[n_alone:]
