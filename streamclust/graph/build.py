@@ -173,8 +173,9 @@ def _search_cells(st, lists_out, first, assigned, start, stop, kq, sizes):
         # searches (:func:`.schedule.alone`, rows searched as the work), none by fewer than
         # four batches: reading the cell, on one thread, costs as much as ~10 000 searches (1M
         # embeddings, 2 threads: 0.17-0.74 s a cell; 10 009 searches 0.20 s, 401 168: 10.3 s)
-        items.sort(key=lambda it: (sizes[it[2]] <= _side_by_side(st), -int(counts[it[2]])))
-        n_alone = sum(sizes[it[2]] > _side_by_side(st) for it in items)
+        limit = _side_by_side(st)
+        items.sort(key=lambda it: (sizes[it[2]] <= limit, -int(counts[it[2]])))
+        n_alone = sum(sizes[it[2]] > limit for it in items)
         n_alone += alone([int(counts[it[2]]) for it in items[n_alone:]], st.nt, 0,
                          4 * SEARCH_BATCH)
         for item in items[:n_alone]:
@@ -206,21 +207,21 @@ def _own_cells(st, lists_out, first, assigned, start, stop, counts, kq, extend):
     cells = [int(c) for c in np.argsort(-counts, kind="stable") if counts[c]]  # largest first
     items = [(st.source, d, c, (path, int(offsets[c]), int(offsets[c + 1])), st.settings,
               bs, kq, extend) for c in cells]
+    sizes = [int(counts[c]) for c in cells]
     if not getattr(st.executor, "distributed", False):
         # first, one at a time on every thread (NN-descent in rounds; an extended cell on one):
         # a cell over the limit of cells built side by side (a cloud's, merged), which fits the
         # memory plan only alone, then as many of the largest as shorten the build
         # (:func:`.schedule.alone`: one that outweighs the others' share, a pool's last wave)
-        sizes = [int(counts[it[2]]) for it in items]
-        n_alone = sum(s > _side_by_side(st) for s in sizes)
+        limit = _side_by_side(st)
+        n_alone = sum(s > limit for s in sizes)
         if st.nt > 1 and not extend:
             n_alone += alone(sizes[n_alone:], st.nt, ROUNDS_MIN_ROWS, ROUNDS_MIN_ROWS // 4)
         with use_threads(st.nt, blas=None):
             for item in items[:n_alone]:
                 build_cell(*item, progress=st.progress, threads=1 if extend else st.nt)
-        items = items[n_alone:]
-    _run(st.executor, st.nt, build_cell, items, [int(counts[it[2]]) for it in items],
-         st.progress)
+        items, sizes = items[n_alone:], sizes[n_alone:]
+    _run(st.executor, st.nt, build_cell, items, sizes, st.progress)
     results = [("own", c) for c in cells]
     if st.settings.get("reference_rows"):  # the rows outside the sample: searched, in parts
         size = max(SEARCH_BATCH, -(-int(counts.sum()) // (SEARCH_PARTS * st.nt)))
