@@ -172,6 +172,7 @@ def test_greedy_afkmc2_pruned_potential_equals_every_distance_computed(between, 
     the kernel for rows of GEMM_MIN_WIDTH, its distances from float32 matrix products."""
     from streamclust.summaries import greedy_seeding as kernels
     from streamclust.summaries.greedy_seeding import GEMM_MIN_WIDTH, Candidates, Pool
+    from streamclust.toolkit import readonly
     greedy_afkmc2 = kernels.greedy_afkmc2_wide if between == "wide" else kernels.greedy_afkmc2
     if between == "not kept":
         monkeypatch.setattr(kernels, "BETWEEN_MAX", 0)
@@ -194,7 +195,7 @@ def test_greedy_afkmc2_pruned_potential_equals_every_distance_computed(between, 
         mind = ((pool - C[0]) ** 2).sum(axis=1).astype(np.float64)
         near = np.zeros(len(pool), np.int32)
         if fn == "kernel":
-            P = Pool(pool, w, mind, near)
+            P = Pool(readonly(pool), w, mind, near)  # as seeding.py builds it: one compiled kernel
             if between == "wide":  # the draws of centres 1-6, then 7-14, as two calls
                 evals = sum(greedy_afkmc2(C, Candidates(cand[a:b], q[a:b], np.ones(b - a), row[a:b],
                                                         u[a:b]), P, m, trials, first)

@@ -54,7 +54,7 @@ import numba
 import numpy as np
 
 from streamclust import Algorithm, Assignment, EpochReport, Param, Requirements
-from streamclust.toolkit import (NON_NEGATIVE, ParameterError, at_least, nearest_center)
+from streamclust.toolkit import NON_NEGATIVE, ParameterError, at_least, nearest_center, readonly
 
 from .kernels import EStepConfig, GMMParams, posterior
 from .index import start_from_index
@@ -300,7 +300,7 @@ class DGMM(Starts, Online, Updates, Algorithm):
         P = None
         if soft:
             P = np.empty((len(X), self.n_clusters))
-            posterior(np.ascontiguousarray(X, dtype=np.float32), self.means_, float(self.sigma2_), P)
+            posterior(readonly(np.ascontiguousarray(X, dtype=np.float32)), self.means_, float(self.sigma2_), P)
         return Assignment(labels, soft=P)
 
     def state(self) -> dict:

@@ -80,7 +80,7 @@ from __future__ import annotations
 import numpy as np
 
 from streamclust import Algorithm, Assignment, EpochReport, Requirements
-from streamclust.toolkit import DataError, ParameterError, kmeans
+from streamclust.toolkit import DataError, ParameterError, kmeans, readonly
 
 from . import kernels as kn
 from . import sgd
@@ -318,7 +318,7 @@ class NCutEmb(Updates, Algorithm):
     # -- prediction ---------------------------------------------------------------------------
     def outputs(self, X) -> np.ndarray:
         """f(x) for every row (n × C, or n × 1 for two clusters)."""
-        X = np.ascontiguousarray(X, dtype=np.float32)
+        X = readonly(np.ascontiguousarray(X, dtype=np.float32))  # (one compiled kernel)
         out = np.empty((len(X), self._n_out()))
         if len(X):
             kn.outputs(X, self.net_, self.scale_, out)

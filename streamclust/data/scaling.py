@@ -20,6 +20,7 @@ import numba as nb
 import numpy as np
 
 from ..base.checks import one_of
+from ..base.kernelargs import readonly
 from ..errors import ModelError
 
 SCALES = ("none", "standard", "minmax")
@@ -84,7 +85,7 @@ class ScaleStats:
             return
         if _kernel_rows(X):
             st = np.empty((4, X.shape[1]))
-            _column_stats(X, st)
+            _column_stats(readonly(X), st)  # (one compiled kernel for any source)
             mean, m2, lo, hi = st
         else:
             X = np.asarray(X, dtype=np.float64)

@@ -11,6 +11,8 @@ import threading
 import numba as nb
 import numpy as np
 
+from ..base.kernelargs import readonly
+
 #: every float16 bit pattern as float32 (256 KB: stays in the cores' caches)
 _HALF = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
 
@@ -91,7 +93,7 @@ def gather(X, ids) -> np.ndarray:
     if X.dtype == np.float16 and X.ndim == 2:
         _gather_half(_bits(X), ids, _HALF, out)
     elif X.dtype == np.float32 and X.ndim == 2 and X.flags.c_contiguous:
-        _gather(np.asarray(X), ids, out)
+        _gather(readonly(np.asarray(X)), ids, out)  # (one compiled kernel for any source)
     else:
         out[:] = X[ids]
     return out

@@ -18,6 +18,7 @@ import math
 import numpy as np
 from numba import njit
 
+from ..base.kernelargs import readonly
 from .files import bound_path
 from .lists import keep_smallest
 
@@ -158,7 +159,7 @@ def nearest_centres(X, centres, c_sq=None, batch_size: int = 65536) -> np.ndarra
     out = np.empty(len(X), np.int32)
     step = _step(batch_size, len(centres))
     for s in range(0, len(X), step):
-        Xb = np.asarray(X[s:s + step], dtype=np.float32)
+        Xb = readonly(np.asarray(X[s:s + step], dtype=np.float32))  # (one compiled kernel)
         unsure = np.empty(len(Xb), np.bool_)
         _nearest((Xb, Xb @ cents[0].T), cents[1:], (out[s:s + len(Xb)], unsure))
         again = np.flatnonzero(unsure)
@@ -320,7 +321,7 @@ def probe_pairs(X, assigned, radius, start: int, stop: int, centres, batch_size:
 
     def one(s):
         e = min(stop, s + step)
-        Xb = np.asarray(X[s:e], dtype=np.float32)
+        Xb = readonly(np.asarray(X[s:e], dtype=np.float32))
         r = np.asarray(radius(s, e), dtype=np.float32)
         cells = np.empty((e - s, width), np.int32)
         _probes((Xb, Xb @ cents[0].T), (cents[1], cents[2], inv_gap),

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..base.kernelargs import readonly
 from ..data.batch import Batch
 from .kernels import SUM_BLOCK, row_sums, sqdist_rows
 
@@ -46,7 +47,7 @@ def stats_step(batch, _state, _params):
     X = batch.X
     blocks = -(-len(X) // SUM_BLOCK)
     sx, sq = np.empty((blocks, X.shape[1])), np.empty(blocks)
-    row_sums(X, sx, sq)
+    row_sums(readonly(X), sx, sq)  # (one compiled kernel for any source)
     return {batch.start: (len(X), sx.sum(axis=0), float(sq.sum()))}
 
 

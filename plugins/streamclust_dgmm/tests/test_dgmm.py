@@ -12,7 +12,7 @@ from scipy.special import logsumexp
 
 import streamclust
 from streamclust.testing import make_blobs, make_context
-from streamclust.toolkit import afkmc2_stream, afkmc2_trials, quantization_error, rng_init
+from streamclust.toolkit import afkmc2_stream, afkmc2_trials, quantization_error, readonly, rng_init
 from streamclust_dgmm.sampling import draw_candidates
 
 DATA = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "shared", "data"))
@@ -305,7 +305,7 @@ def test_tree_over_the_means_finds_nearest_means(M):
     true = np.argsort(D, axis=1, kind="stable")[:, :4]
     K = np.full((len(X), 4), -1, np.int32)
     ev = np.zeros(2)
-    nearest_means(X, means, tree, 2, K, ev)
+    nearest_means(readonly(X), means, tree, 2, K, ev)  # as the pass calls it
     want = np.array([_tree_search(tree, means, x.astype(np.float64), 2, 4) for x in X])
     np.testing.assert_array_equal(K, want)
     if M <= 32:

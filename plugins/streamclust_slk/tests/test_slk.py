@@ -10,7 +10,7 @@ import scipy.sparse as sp
 
 import streamclust
 from streamclust.testing import make_blobs
-from streamclust.toolkit import ModelError, ParameterError, accuracy, nmi
+from streamclust.toolkit import ModelError, ParameterError, accuracy, nmi, readonly
 from streamclust_slk import kernels as kn
 
 
@@ -41,7 +41,7 @@ def test_mode_kernel_sums_each_distance_in_order_and_matches_numpy():
     X = rng.normal(size=(131, 37)).astype(np.float32)  # rows not a multiple of the block
     modes, inv = rng.normal(size=(6, 37)), 0.05
     A = np.empty((131, 6))
-    kn.mode_kernel(X, modes, inv, A)
+    kn.mode_kernel(readonly(X), modes, inv, A)  # as the passes call it
     D2 = ((X[:, None, :].astype(np.float64) - modes[None]) ** 2).sum(-1)
     np.testing.assert_allclose(A, np.exp(-D2 * inv), rtol=1e-12)
     import numba
@@ -270,6 +270,7 @@ def test_extended_rows_match_dense_algebra():
     A, Zs = rng.random((n, L)), _softmax(rng.normal(size=(12, L)))
     labs = Zs.argmax(1).astype(np.int32)
     out = np.full((n, L), np.nan)
+    ids = readonly(ids)  # as sample.py passes them
     e = kn.extend_rows(0, A[:17], ids[:17], (ref, Zs, labs), lam, out[:17])
     e += kn.extend_rows(17, A[17:], ids[17:], (ref, Zs, labs), lam, out[17:])
     pos = {int(r): j for j, r in enumerate(ref)}
