@@ -78,9 +78,10 @@ def insert_top(cv, dv, cand, dist, n, H):
     return n
 
 
-#: (inlined into the E-step's parallel loop, which then takes ~35 s to compile on a cold cache;
-#: the loop calling a plain function for its chunk instead compiled in 17-21 s, but its epochs
-#: ran 35-45 % slower: 2M x 32, k = 100 / 1 000, 2 threads, 2026-12-06)
+#: (inlined into the E-step's parallel loop, which then takes ~35 s to compile on a cold cache.
+#: Tried 2026-12-06, 2M x 32, k = 100 / 1 000, 2 threads: the loop calling a plain function for
+#: its chunk compiled in 17-21 s, the candidate draws of sampling.py not inlined in 16 s, but
+#: epochs ran 35-60 % slower (probably the reference counts of the arrays each call passes))
 @nb.njit(cache=True, inline="always")
 def _row(i, t, X, w, K, prm, sim, cfg, out, buf):
     cand, dist, e, ex_s, ex_w, means32 = buf
