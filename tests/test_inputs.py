@@ -147,3 +147,28 @@ def test_in_memory_kinds_fit_predict_and_evaluate(rows, reference):
         assert model.evaluate(X, y)["nmi"] > 0.99, name
         seen.append(name)
     assert {"numpy", "pandas", "pyarrow Table", "RecordBatchReader"} <= set(seen)
+
+
+def test_the_engine_s_kernels_compile_once_for_rows_in_memory_and_in_files(tmp_path):
+    """Fits of an in-memory array and of a Parquet file (scaled, and an SLK graph of each) and
+    soft predicts of writable and read-only rows: the engine gives these kernels their rows
+    read-only (``toolkit.readonly``), so numba compiles each once whatever the rows come from
+    (each variant costs seconds on a cold cache; D-GMM's posterior compiled two)."""
+    from streamclust.data.scaling import _column_stats
+    from streamclust.graph.cells import _nearest
+    from streamclust.summaries.kernels import row_sums
+    from streamclust.toolkit import readonly
+    from streamclust_dgmm.kernels import posterior
+    X, _ = make_blobs(n=1500, k=4, d=5, seed=2)
+    X = np.ascontiguousarray(X, dtype=np.float32)
+    path = str(tmp_path / "x.parquet")
+    pq.write_table(pa.table({"x": pa.FixedSizeListArray.from_arrays(pa.array(X.ravel()), 5)}), path)
+    for source, features in ((X, None), (path, "x")):
+        m = streamclust.fit(source, "dgmm", 4, features=features, scale="standard", max_epochs=2,
+                            progress=False, work_dir=str(tmp_path / f"w{features}"))
+        for rows in (X, readonly(X)):  # an array in memory, a memory map's rows
+            assert m.algorithm_.predict(rows, soft=True).soft.shape == (len(X), 4)
+        streamclust.fit(source, "slk", 4, features=features, max_epochs=2, progress=False,
+                        work_dir=str(tmp_path / f"s{features}"))
+    for kernel in (_column_stats, row_sums, posterior, _nearest):
+        assert len(kernel.signatures) == 1, (kernel.__name__, kernel.signatures)
