@@ -300,7 +300,8 @@ class DGMM(Starts, Online, Updates, Algorithm):
         P = None
         if soft:
             P = np.empty((len(X), self.n_clusters))
-            posterior(readonly(np.ascontiguousarray(X, dtype=np.float32)), self.means_, float(self.sigma2_), P)
+            posterior(readonly(np.ascontiguousarray(X, dtype=np.float32)), self.means_,
+                      float(self.sigma2_), P)
         return Assignment(labels, soft=P)
 
     def state(self) -> dict:
