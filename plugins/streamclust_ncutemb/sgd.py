@@ -21,6 +21,8 @@ as are the rows' dot products (one vectorised pass, ``_dots``) and every other w
 """
 import numba as nb
 import numpy as np
+from numba.core import types
+from numba.extending import overload
 
 from streamclust.toolkit import rng_below, rng_init
 
@@ -249,6 +251,38 @@ def _all_round(net, cfg, bal, lr, xs, r, j, kk, hs, fs, g, dh):
         bal.sums[3] += 1.0
 
 
+def _layer_round(net, cfg, bal, lr, rows, rows_l, has, work, narrow):
+    """``_max_round`` on the first layer: ``W1`` with a hidden layer (the rows copied into
+    ``rows_l``, W1's type), else ``W2`` and the rows as they are.  Chosen when numba types the
+    call: a float32 W1 is a hidden layer's working copy (``kernels.working``), so that variant
+    compiles only its branch: `sgd_block` 25.3 -> 20.3 s to compile, 2026-12-06)."""
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _hidden_round(net, cfg, bal, lr, rows, rows_l, has, work, narrow):
+    for m in range(3):
+        for q in range(rows.shape[1]):
+            rows_l[m, q] = rows[m, q]
+    _max_round(net, net.W1, cfg, bal, lr, rows, rows_l, has[0], has[1], work, narrow)
+
+
+@overload(_layer_round, inline="always", jit_options={"cache": True, "nogil": True})
+def _layer_round_typed(net, cfg, bal, lr, rows, rows_l, has, work, narrow):
+    if net.types[0].dtype == types.float32:
+        def hidden(net, cfg, bal, lr, rows, rows_l, has, work, narrow):
+            if net.b1.shape[0] == 0:
+                raise ValueError("a linear net's working copy is float64 (kernels.working)")
+            _hidden_round(net, cfg, bal, lr, rows, rows_l, has, work, narrow)
+        return hidden
+
+    def either(net, cfg, bal, lr, rows, rows_l, has, work, narrow):
+        if net.b1.shape[0] > 0:  # the first layer passed as itself: W1 and W2 may differ in dtype
+            _hidden_round(net, cfg, bal, lr, rows, rows_l, has, work, narrow)
+        else:  # float64 (kernels.working): the rows as they are
+            _max_round(net, net.W2, cfg, bal, lr, rows, rows, has[0], has[1], work, narrow)
+    return either
+
+
 @nb.njit(cache=True, nogil=True)  # several starts' epochs run side by side (ctx.scans)
 def sgd_block(n, start, pairs, net, scale, cfg, bal):
     """The SGD rounds of the positions ``start .. start + n`` of the epoch's permutation of all
@@ -291,13 +325,8 @@ def sgd_block(n, start, pairs, net, scale, cfg, bal):
                 _standardise(pairs.X[kk], scale, rows[2])
             if cfg.mode == 2:
                 _all_round(net, cfg, bal, lr, rows, r, j, kk, work[2], work[3], work[4], dh)
-            elif H > 0:  # the first layer passed as itself: W1 and W2 may differ in dtype
-                for m in range(3):
-                    for q in range(d):
-                        rows_l[m, q] = rows[m, q]
-                _max_round(net, net.W1, cfg, bal, lr, rows, rows_l, j >= 0, has_k, work, narrow)
-            else:  # float64 (kernels.working): the rows as they are
-                _max_round(net, net.W2, cfg, bal, lr, rows, rows, j >= 0, has_k, work, narrow)
+            else:
+                _layer_round(net, cfg, bal, lr, rows, rows_l, (j >= 0, has_k), work, narrow)
     return s
 
 
