@@ -252,6 +252,71 @@ def _shift_sums(job, lo, hi):
     return top, num, den
 
 
+#: rows × trajectories × features of a climb at or below which :func:`shift_steps` runs it:
+#: there a step's Python and BLAS calls cost more than its arithmetic (the sklearn checks' 30
+#: rows: 0.1 ms a step)
+SMALL_WORK = 1 << 18
+
+
+@nb.njit(cache=True, parallel=True)
+def shift_steps(rows, kern, walk, limits, taken):
+    """Up to ``limits`` = (tol, steps) steps of :func:`shift` for every active trajectory of
+    ``walk``, in one call: a thread a trajectory (:func:`_walk_one`), each step the weighted
+    mean over all ``rows`` = (X float64, its squared row norms, log η), stopping as
+    :func:`shift` does.  ``taken[t]``: the steps trajectory t took (the one that stopped it
+    included).  For small climbs (``SMALL_WORK``)."""
+    for t in nb.prange(walk.Z.shape[0]):
+        # a call: numba 0.68 dropped this loop's writes to arrays unpacked from ``walk``
+        _walk_one(t, rows, kern, walk, limits, taken)
+
+
+@nb.njit(cache=True)
+def _walk_one(t, rows, kern, walk, limits, taken):
+    X, sqX, log_eta = rows
+    Z, active, moved = walk
+    tol, steps = limits
+    taken[t] = 0
+    if active[t] == 0:
+        return
+    n, d = X.shape
+    inv = 1.0 / (kern.h * kern.h)
+    L = np.empty(n)
+    z = np.empty(d)
+    for _ in range(steps):
+        taken[t] += 1
+        sqz = 0.0
+        for q in range(d):
+            sqz += Z[t, q] * Z[t, q]
+        top = -np.inf
+        for i in range(n):
+            dot = 0.0
+            for q in range(d):
+                dot += X[i, q] * Z[t, q]
+            L[i] = log_eta[i] + log_profile(max(sqX[i] + sqz - 2.0 * dot, 0.0) * inv, kern.kind)
+            top = max(top, L[i])
+        if top == -np.inf:  # no row with weight reaches it
+            moved[t] = 0.0
+            active[t] = 0
+            return
+        den = 0.0
+        z[:] = 0.0
+        for i in range(n):
+            if L[i] > -np.inf:
+                w = np.exp(L[i] - top)
+                den += w
+                for q in range(d):
+                    z[q] += w * X[i, q]
+        step = 0.0
+        for q in range(d):
+            v = z[q] / den
+            step += (v - Z[t, q]) ** 2
+            Z[t, q] = v
+        moved[t] = np.sqrt(step) / kern.h
+        if moved[t] < tol:
+            active[t] = 0
+            return
+
+
 @nb.njit(cache=True, parallel=True)
 def log_scores(X, log_eta, Z, kern, out):
     """``out[t] = log Σ_i η_i k_{z_t}(x_i)`` for candidates ``Z`` (the pricing objective)."""

@@ -35,22 +35,46 @@ def climb(X, log_eta, Z, kern, h):
     """Weighted mean shift (``kernels.shift``) of the trajectories starting at ``Z`` up
     Σ_i η_i k_z(x_i) (``log_eta``), with ``h`` the hyper-parameters ``shift_iter``,
     ``shift_tol`` and ``merge``; returns the end points of the trajectories kept and the steps
-    taken."""
+    taken.  Once the active trajectories' work is small (``kernels.SMALL_WORK``) the steps up
+    to each merge run in one call (``kernels.shift_steps``): the same steps and merges, the
+    sums in another order."""
     walk = kn.Walk(Z, np.ones(len(Z), np.uint8), np.zeros(len(Z)))
     live = np.ones(len(Z), bool)
     X64 = X.astype(np.float64)
     sqX = np.einsum("ij,ij->i", X64, X64)
+    iters, tol = h["shift_iter"], h["shift_tol"]
+    taken = np.zeros(len(Z), np.int64)
     workers = min(numba.get_num_threads(), kn.MAX_PARTS)  # the run's budget (engine.use_threads)
+    it = 0
     with ThreadPoolExecutor(workers, thread_name_prefix="infex-shift") if workers > 1 \
             else contextlib.nullcontext() as pool:
-        for it in range(h["shift_iter"]):
-            kn.shift(X64, sqX, log_eta, kern, walk, h["shift_tol"], pool=pool)
-            if not walk.active.any():
-                break
-            if it in (2, 5) or it % 10 == 9:  # trajectories on the same hill: keep the first
+        while it < iters:
+            if X.size * int(walk.active.sum()) <= kn.SMALL_WORK:  # rows × active × features
+                # the steps up to the next merge (or the last step) in one call
+                stop = min(_next_merge(it), iters - 1)
+                kn.shift_steps((X64, sqX, log_eta), kern, walk, (tol, stop - it + 1), taken)
+                if not walk.active.any():  # the step that stopped the last one
+                    it += int(taken.max()) - 1
+                    break
+                it = stop
+            else:
+                kn.shift(X64, sqX, log_eta, kern, walk, tol, pool=pool)
+                if not walk.active.any():
+                    break
+            if it == _next_merge(it):  # trajectories on the same hill: keep the first
                 idx = np.flatnonzero(live)
                 keep = np.zeros(len(Z), bool)
                 keep[idx[kn.distinct(walk.Z[idx], 10 * h["merge"] * kern.h)]] = True
                 walk.active[~keep] = 0
                 live &= keep
-    return walk.Z[live], it + 1
+            it += 1
+    return walk.Z[live], min(it + 1, iters)
+
+
+def _next_merge(it: int) -> int:
+    """The first step from ``it`` on after which the climb merges trajectories: after steps 3
+    and 6, then every 10th (0-based 2, 5, 9, 19, …)."""
+    for m in (2, 5):
+        if it <= m:
+            return m
+    return it + (9 - it % 10) % 10

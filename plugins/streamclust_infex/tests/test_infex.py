@@ -360,3 +360,36 @@ def test_shift_step_is_the_weighted_mean(monkeypatch):
             np.testing.assert_allclose(walk.Z, (W.T @ X) / W.sum(0)[:, None], rtol=1e-9)
             ends.append(walk.Z)
         np.testing.assert_array_equal(ends[0], ends[1])
+
+
+def test_a_small_climb_in_one_call_takes_the_steps_and_merges_of_the_step_by_step_climb(monkeypatch):
+    """``pricing.climb`` runs a small climb's steps up to each merge in one call
+    (``kernels.shift_steps``); made to step one ``shift`` at a time (``SMALL_WORK`` 0) it
+    ends at the same points, keeps the same trajectories and counts the same steps, for
+    trajectories that stop early, late, merge, or that no weighted row reaches.  One and two
+    threads give the same bits."""
+    import numba
+
+    from streamclust_infex import pricing
+    rng = np.random.default_rng(5)
+    X = np.vstack([rng.normal(size=(120, 3)) * 0.5 + c for c in ([0, 0, 0], [4, 0, 0], [0, 4, 1])])
+    log_eta = np.log(rng.uniform(0.2, 1.0, len(X)))
+    log_eta[:40] = -np.inf  # rows without weight: an Epanechnikov start among them stays put
+    h = {"shift_iter": 1000, "shift_tol": 1e-6, "merge": 1e-3}
+    for kind, bw, iters in ((kn.GAUSSIAN, 0.7, 1000), (kn.EPANECHNIKOV, 1.6, 1000),
+                            (kn.GAUSSIAN, 0.4, 8)):
+        Z0 = np.vstack([X[::7], X[:2] + [0.0, 0.0, 30.0]])  # two far from every row
+        runs = []
+        for small, threads in ((kn.SMALL_WORK, 2), (kn.SMALL_WORK, 1), (0, 2)):
+            monkeypatch.setattr(kn, "SMALL_WORK", small)
+            numba.set_num_threads(threads)
+            try:
+                runs.append(pricing.climb(X, log_eta, Z0.copy(), kn.Kernel(kind, bw),
+                                          dict(h, shift_iter=iters)))
+            finally:
+                numba.set_num_threads(2)
+        (Z, steps), (Z1, steps1), (Zs, steps_s) = runs
+        assert steps == steps_s and (iters == 8) == (steps == 8) and len(Z) < len(Z0)
+        np.testing.assert_allclose(Z, Zs, rtol=1e-9, atol=1e-9)
+        np.testing.assert_array_equal(Z, Z1)
+        assert steps1 == steps
