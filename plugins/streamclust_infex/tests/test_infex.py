@@ -369,7 +369,6 @@ def test_a_small_climb_in_one_call_takes_the_steps_and_merges_of_the_step_by_ste
     trajectories that stop early, late, merge, or that no weighted row reaches.  One and two
     threads give the same bits."""
     import numba
-
     from streamclust_infex import pricing
     rng = np.random.default_rng(5)
     X = np.vstack([rng.normal(size=(120, 3)) * 0.5 + c for c in ([0, 0, 0], [4, 0, 0], [0, 4, 1])])
