@@ -10,6 +10,7 @@ from .graph.knn import KNNGraph, KNNIndex
 from .model.metrics import (Contingency, accuracy, nmi, purity, quantization_error)
 from .base.rng import rng_below, rng_init, rng_next, rng_uniform
 from .base.kernelargs import readonly
+from .base.threads import reused_pool, run_all
 from .base.rowmath import softmax_into, sqdist
 from .data.batch import Batch
 from .data.filesystems import expand_files, local_fingerprint
@@ -30,6 +31,8 @@ __all__ = [
     "pairwise_sqdist", "nearest_center", "row_sq", "sqdist", "softmax_into",
     # kernel arguments of one numba type (one compiled version)
     "readonly",
+    # threads kept between calls (work that runs side by side every epoch)
+    "reused_pool", "run_all",
     # counter-based random numbers for kernels
     "rng_init", "rng_next", "rng_uniform", "rng_below",
     # seeding, k-means, coresets

@@ -36,12 +36,16 @@ def _threaded(block, _state, carry, params):
     import threading
     import time
     time.sleep(0.001)  # a scan lasts long enough for the other threads to start theirs
-    return carry + [(block.start, params, threading.current_thread().name)]
+    return carry + [(block.start, params, threading.current_thread())]
 
 
 def test_scans_side_by_side_equal_the_scans_one_after_another(tmp_path):
     """``ctx.scans``: each carry gets what ``ctx.scan`` gives it alone, on the run's threads
-    (several names at 2 threads, one at 1), and the passes are counted once each."""
+    (several at 2 threads, kept for the next call; one at 1, and one for fewer rows than
+    ``SCANS_ROWS``), and the passes are counted once each."""
+    import threading
+
+    from streamclust.run.context import SCANS_ROWS
     from streamclust.base.threads import use_threads
     X = np.arange(3000 * 2, dtype=np.float32).reshape(3000, 2)
     ctx = make_context(X, str(tmp_path / "a"), seed=4)
@@ -51,10 +55,17 @@ def test_scans_side_by_side_equal_the_scans_one_after_another(tmp_path):
         side = ctx.scans(_threaded, [[], [], []], list("abc"), block_rows=50)
     assert [[v[:2] for v in c] for c in side] == [[v[:2] for v in c] for c in alone]
     assert ctx.passes == passes + 3
-    assert len({v[2] for c in side for v in c}) >= 2  # in several threads at once
+    threads = {v[2] for c in side for v in c}
+    assert len(threads) >= 2 and threading.main_thread() not in threads  # several at once
+    with use_threads(2):
+        again = ctx.scans(_threaded, [[], []], list("ab"), block_rows=50)
+        few = make_context(X[:SCANS_ROWS - 1], str(tmp_path / "b"), seed=4)
+        small = few.scans(_threaded, [[], []], list("ab"), block_rows=50)
+    assert {v[2] for c in again for v in c} <= threads  # the same threads, not new ones
+    assert {v[2] for c in small for v in c} == {threading.main_thread()}
     with use_threads(1):
         one = ctx.scans(_threaded, [[], []], list("ab"), block_rows=50)
-    assert {v[2] for c in one for v in c} == {"MainThread"}
+    assert {v[2] for c in one for v in c} == {threading.main_thread()}
     with pytest.raises(ValueError, match="2 carries but 1 params"):
         ctx.scans(_threaded, [[], []], ["a"])
 

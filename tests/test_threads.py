@@ -215,3 +215,43 @@ def test_the_parallel_sum_of_partials_is_numpys():
     assert got[0].shape == a.shape and got[1]["s"].shape == a.shape
     np.testing.assert_array_equal(merge_sum(a[:, ::2], b[:, ::2]), a[:, ::2] + b[:, ::2])
     assert merge_sum(np.ones(3), 2.0).tolist() == [3.0, 3.0, 3.0]
+
+
+def test_a_reused_pool_keeps_its_threads_and_waits_for_every_call():
+    """``reused_pool``: the same pool for a role until another size is asked for; ``run_all``
+    returns the calls' results in order and, when one raises, has waited for the others; a
+    forked child gets a pool of its own that runs (the parent's has no threads there)."""
+    import threading
+    import time
+    a = TH.reused_pool("test", 2)
+    assert TH.reused_pool("test", 2) is a and TH.reused_pool("other", 2) is not a
+    assert TH.run_all(a, [(pow, 2, k) for k in range(5)]) == [1, 2, 4, 8, 16]
+    done = threading.Event()
+
+    def slow():
+        time.sleep(0.2)
+        done.set()
+
+    with pytest.raises(ZeroDivisionError):
+        TH.run_all(a, [(slow,), (divmod, 1, 0)])
+    assert done.is_set()
+    b = TH.reused_pool("test", 3)
+    assert b is not a and TH.reused_pool("test", 3) is b
+    if not hasattr(os, "fork"):
+        return
+    pid = os.fork()
+    if pid == 0:  # the child: a task on the role's pool must run, not wait for absent threads
+        ok = False
+        try:
+            ok = TH.reused_pool("test", 3).submit(pow, 3, 2).result(timeout=10) == 9
+        finally:
+            os._exit(0 if ok else 1)
+    for _ in range(300):
+        done_pid, status = os.waitpid(pid, os.WNOHANG)
+        if done_pid:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        pytest.fail("the forked child's pool did not run its task")
+    assert os.WEXITSTATUS(status) == 0

@@ -1,11 +1,10 @@
 """Pricing helpers of INFEX: the mean-shift climb that finds candidate exemplars, and the
 row weighting that steers the KVQ climb.  Arrays in, arrays out (the numba kernels are in
 ``kernels.py``)."""
-import contextlib
-from concurrent.futures import ThreadPoolExecutor
-
 import numba
 import numpy as np
+
+from streamclust.toolkit import reused_pool
 
 from . import kernels as kn
 
@@ -46,28 +45,27 @@ def climb(X, log_eta, Z, kern, h):
     taken = np.zeros(len(Z), np.int64)
     workers = min(numba.get_num_threads(), kn.MAX_PARTS)  # the run's budget (engine.use_threads)
     it = 0
-    with ThreadPoolExecutor(workers, thread_name_prefix="infex-shift") if workers > 1 \
-            else contextlib.nullcontext() as pool:
-        while it < iters:
-            if X.size * int(walk.active.sum()) <= kn.SMALL_WORK:  # rows × active × features
-                # the steps up to the next merge (or the last step) in one call
-                stop = min(_next_merge(it), iters - 1)
-                kn.shift_steps((X64, sqX, log_eta), kern, walk, (tol, stop - it + 1), taken)
-                if not walk.active.any():  # the step that stopped the last one
-                    it += int(taken.max()) - 1
-                    break
-                it = stop
-            else:
-                kn.shift(X64, sqX, log_eta, kern, walk, tol, pool=pool)
-                if not walk.active.any():
-                    break
-            if it == _next_merge(it):  # trajectories on the same hill: keep the first
-                idx = np.flatnonzero(live)
-                keep = np.zeros(len(Z), bool)
-                keep[idx[kn.distinct(walk.Z[idx], 10 * h["merge"] * kern.h)]] = True
-                walk.active[~keep] = 0
-                live &= keep
-            it += 1
+    pool = reused_pool("infex-shift", workers) if workers > 1 else None  # every round climbs
+    while it < iters:
+        if X.size * int(walk.active.sum()) <= kn.SMALL_WORK:  # rows × active × features
+            # the steps up to the next merge (or the last step) in one call
+            stop = min(_next_merge(it), iters - 1)
+            kn.shift_steps((X64, sqX, log_eta), kern, walk, (tol, stop - it + 1), taken)
+            if not walk.active.any():  # the step that stopped the last one
+                it += int(taken.max()) - 1
+                break
+            it = stop
+        else:
+            kn.shift(X64, sqX, log_eta, kern, walk, tol, pool=pool)
+            if not walk.active.any():
+                break
+        if it == _next_merge(it):  # trajectories on the same hill: keep the first
+            idx = np.flatnonzero(live)
+            keep = np.zeros(len(Z), bool)
+            keep[idx[kn.distinct(walk.Z[idx], 10 * h["merge"] * kern.h)]] = True
+            walk.active[~keep] = 0
+            live &= keep
+        it += 1
     return walk.Z[live], min(it + 1, iters)
 
 
