@@ -535,3 +535,26 @@ def test_a_kernel_of_disconnected_parts_keeps_every_copy_of_its_top_eigenvalue()
     np.testing.assert_allclose(w, want, atol=1e-10)
     m = streamclust.fit(_table(X), "ism", 4, progress=False)
     assert nmi(y, m.predict(X)) == pytest.approx(1.0)
+
+
+def test_gamma_s_row_pass_equals_gamma_written_out():
+    """``gamma_phi_rows`` (Γ's row sums, Γ X and the novelty term's row sums, its outputs
+    unpacked from one tuple inside a parallel loop) against Γ = K̃ ∘ (U Uᵀ − λ Yc Ycᵀ) built
+    in NumPy: numba 0.68 drops some such loops' writes to arrays unpacked from a tuple (see
+    INFEX's ``shift_steps``), which would leave the outputs as they were."""
+    rng = np.random.default_rng(11)
+    n, c, d = 40, 3, 5
+    K = rng.random((n, n))
+    K = (K + K.T) / 2
+    U, X = rng.normal(size=(n, c)), rng.normal(size=(n, d))
+    given = rng.integers(0, 4, n)
+    codes, p = kn.codes_and_proportions(given)
+    pc, pp, lam = p[codes], float((p ** 2).sum()), 0.7
+    Y = np.eye(len(p))[codes] - p  # centred one-hot: Yc_i · Yc_j as the kernel writes it
+    G = K * (U @ U.T - lam * (Y @ Y.T))
+    out = (np.full((n, d), np.nan), np.full(n, np.nan), np.full(n, np.nan))
+    kn.gamma_phi_rows(K, np.ascontiguousarray(U.T), np.ascontiguousarray(X.T),
+                      kn.Given(codes, pc, pp, lam), out)
+    np.testing.assert_allclose(out[0], G @ X, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(out[1], G.sum(1), rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(out[2], (K * (Y @ Y.T)).sum(1), rtol=1e-9, atol=1e-9)
