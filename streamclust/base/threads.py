@@ -234,7 +234,7 @@ def reused_pool(role: str, workers: int):
     """A ``concurrent.futures`` thread pool of ``workers`` threads for ``role``, kept for the
     next call of the same role instead of started and joined each time: that cost 0.4–1 ms a
     call, most of a small fit's epoch where it ran every epoch (scikit-learn's estimator checks
-    of NCutEmb, whose starts run side by side: 5.8 → 0.65 s, 2026-12-06).  One pool a role,
+    of NCutEmb, whose starts run side by side: 5.8 → 4.0 s, 2026-12-06).  One pool a role,
     replaced when another size is asked for, forgotten in a forked child (it has no threads);
     a role's tasks must not wait on tasks of the same role (they would wait on themselves).
     Do not shut it down: the pool outlives the call (idle threads end with the process)."""

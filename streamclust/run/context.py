@@ -130,10 +130,10 @@ class Context:
     def scans(self, step, carries, params, **kw) -> list:
         """Independent ordered passes, ``carries[i]`` with ``params[i]`` (same keywords as
         :meth:`scan`): the carries :meth:`scan` returns for each in turn, run side by side on
-        the run's threads when the executor is local and the data hold ``SCANS_ROWS`` rows or more
-        (one at a time on a distributed one, whose workers already share each pass).  ``step`` must be safe to run in several threads at
-        once on different carries (numba kernels compiled with ``nogil=True`` run in
-        parallel; others take turns on the GIL)."""
+        the run's threads when the executor is local and the data hold ``SCANS_ROWS`` rows or
+        more (one at a time on a distributed one, whose workers already share each pass).
+        ``step`` must be safe to run in several threads at once on different carries (numba
+        kernels compiled with ``nogil=True`` run in parallel; others take turns on the GIL)."""
         from ..base.threads import n_threads, reused_pool, run_all
         carries, params = list(carries), list(params)
         if len(carries) != len(params):

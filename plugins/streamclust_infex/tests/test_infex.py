@@ -362,7 +362,8 @@ def test_shift_step_is_the_weighted_mean(monkeypatch):
         np.testing.assert_array_equal(ends[0], ends[1])
 
 
-def test_a_small_climb_in_one_call_takes_the_steps_and_merges_of_the_step_by_step_climb(monkeypatch):
+def test_a_small_climb_in_one_call_takes_the_steps_and_merges_of_the_climb_step_by_step(
+        monkeypatch):
     """``pricing.climb`` runs a small climb's steps up to each merge in one call
     (``kernels.shift_steps``); made to step one ``shift`` at a time (``SMALL_WORK`` 0) it
     ends at the same points, keeps the same trajectories and counts the same steps, for
