@@ -262,7 +262,7 @@ SMALL_WORK = 1 << 18
 def shift_steps(rows, kern, walk, limits, taken):
     """Up to ``limits`` = (tol, steps) steps of :func:`shift` for every active trajectory of
     ``walk``, in one call: a thread a trajectory (:func:`_walk_one`), each step the weighted
-    mean over all ``rows`` = (X float64, its squared row norms, log η), stopping as
+    mean over all ``rows`` = (X float64, log η), stopping as
     :func:`shift` does.  ``taken[t]``: the steps trajectory t took (the one that stopped it
     included).  For small climbs (``SMALL_WORK``)."""
     for t in nb.prange(walk.Z.shape[0]):
@@ -272,7 +272,7 @@ def shift_steps(rows, kern, walk, limits, taken):
 
 @nb.njit(cache=True)
 def _walk_one(t, rows, kern, walk, limits, taken):
-    X, sqX, log_eta = rows
+    X, log_eta = rows
     Z, active, moved = walk
     tol, steps = limits
     taken[t] = 0
@@ -284,15 +284,9 @@ def _walk_one(t, rows, kern, walk, limits, taken):
     z = np.empty(d)
     for _ in range(steps):
         taken[t] += 1
-        sqz = 0.0
-        for q in range(d):
-            sqz += Z[t, q] * Z[t, q]
         top = -np.inf
         for i in range(n):
-            dot = 0.0
-            for q in range(d):
-                dot += X[i, q] * Z[t, q]
-            L[i] = log_eta[i] + log_profile(max(sqX[i] + sqz - 2.0 * dot, 0.0) * inv, kern.kind)
+            L[i] = log_eta[i] + log_profile(sqdist(X[i], Z[t]) * inv, kern.kind)
             top = max(top, L[i])
         if top == -np.inf:  # no row with weight reaches it
             moved[t] = 0.0

@@ -50,7 +50,7 @@ def climb(X, log_eta, Z, kern, h):
         if X.size * int(walk.active.sum()) <= kn.SMALL_WORK:  # rows × active × features
             # the steps up to the next merge (or the last step) in one call
             stop = min(_next_merge(it), iters - 1)
-            kn.shift_steps((X64, sqX, log_eta), kern, walk, (tol, stop - it + 1), taken)
+            kn.shift_steps((X64, log_eta), kern, walk, (tol, stop - it + 1), taken)
             if not walk.active.any():  # the step that stopped the last one
                 it += int(taken.max()) - 1
                 break

@@ -225,7 +225,7 @@ def ordered_map(fn, items, workers: int, ahead: int):
             close()
 
 
-#: role: (process id, threads, pool) of :func:`reused_pool`
+#: role: (threads, pool) of :func:`reused_pool`
 _POOLS: dict = {}
 _POOLS_LOCK = threading.Lock()
 
@@ -240,12 +240,12 @@ def reused_pool(role: str, workers: int):
     Do not shut it down: the pool outlives the call (idle threads end with the process)."""
     from concurrent.futures import ThreadPoolExecutor
     with _POOLS_LOCK:
-        pid, size, pool = _POOLS.get(role, (None, 0, None))
-        if pool is None or pid != os.getpid() or size != workers:
-            if pool is not None and pid == os.getpid():
+        size, pool = _POOLS.get(role, (0, None))
+        if pool is None or size != workers:
+            if pool is not None:
                 pool.shutdown(wait=False)  # its running tasks finish; its callers hold it
             pool = ThreadPoolExecutor(workers, thread_name_prefix=f"streamclust-{role}")
-            _POOLS[role] = (os.getpid(), workers, pool)
+            _POOLS[role] = (workers, pool)
         return pool
 
 
