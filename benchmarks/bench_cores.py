@@ -27,7 +27,12 @@ serial).  A phase's serial seconds are ``Σ s · Δwall`` over its intervals, i.
 as ``serial + (wall − serial) · T / N``.  The sampler needs the GIL, so an interval may span a
 whole kernel call that holds it: ``s`` is then that call's average, which is what the model
 asks for.  Another program on a shared machine takes cores away and reads as serial time: run
-on a quiet machine and repeat (``--repeat``: medians).  Threads that spin while they wait (BLAS
+on a quiet machine and repeat (``--repeat``: medians).  The disk is quiet too: the parent
+removes the cache or graph a job builds again, calls ``os.sync()`` and waits ``SETTLE``
+seconds before each child, so the writeback of what the child before wrote and the release of
+the files removed do not take a core from the next job (12-06, the cache pass after the last
+one's removal, three runs each: 0.59-0.67 serial seconds at once, 0.46-0.66 after ``sync``,
+0.23-0.50 after ``sync`` and 3 s).  Threads that spin while they wait (BLAS
 pools given more than one thread) read as busy: a serial share is only as good as the process
 keeps its idle threads asleep (the engine runs BLAS on one thread during a fit).  Work split in fewer parts than ``T``
 reads as parallel at ``T`` threads but not at more: the table at 2 threads bounds the serial
@@ -56,6 +61,7 @@ Jobs (``--jobs``; data made once in ``--dir``, reused):
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -72,6 +78,8 @@ JOBS = ("cache", "dgmm", "graph", "slk", "ncutemb", "infex", "ism")
 #: the feature cache's type of the cache and dgmm jobs (``--cache-dtype``)
 CACHE_DTYPE = os.environ.get("BENCH_CORES_CACHE_DTYPE", "float32")
 TICK = 0.005
+#: seconds each child waits after ``os.sync()`` before it starts (see the module's text)
+SETTLE = 3.0
 #: seconds the floor's kernel runs at most (see the module's text)
 FLOOR_MAX = 8.0
 
@@ -198,9 +206,7 @@ def run_job(job, T, d):
     host = PluginHost()
     emb, digits = os.path.join(d, "emb384"), os.path.join(d, "digits50")
     work = os.path.join(d, "work_emb")
-    if job == "graph":
-        import shutil
-        shutil.rmtree(os.path.join(d, "work_graph"), ignore_errors=True)  # built, not reused
+    if job == "graph":  # built, not reused (the parent removed the last one: ``_child``)
         cls, call = None, lambda: streamclust.knn_graph(emb, 10, features="x", metric="cosine",
                                                         work_dir=os.path.join(d, "work_graph"),
                                                         progress=False, threads=T)
@@ -210,9 +216,7 @@ def run_job(job, T, d):
         if job in ("cache", "dgmm"):
             kw = dict(data=emb, n_clusters=1000, features="x", metric="cosine",
                       cache_dtype=CACHE_DTYPE, work_dir=work)
-            if job == "cache":  # the pass alone: one epoch after it
-                import shutil
-                shutil.rmtree(work, ignore_errors=True)
+            if job == "cache":  # the pass alone (the cache removed by ``_child``): one epoch
                 kw.update(max_epochs=1)
         elif job in ("slk", "ncutemb"):
             kw = dict(data=digits, n_clusters=10, features="x")
@@ -338,6 +342,11 @@ def _row(job, T, phase, w, c, s, floor):
 
 def _child(job, T, d):
     env = dict(os.environ, NUMBA_NUM_THREADS=str(max(T, 1)))
+    if job in ("cache", "graph"):  # built again, not reused
+        shutil.rmtree(os.path.join(d, "work_emb" if job == "cache" else "work_graph"),
+                      ignore_errors=True)
+    os.sync()  # the disk quiet first: the writeback of the last child's files and the
+    time.sleep(SETTLE)  # release of removed ones are not this job's time
     r = subprocess.run([sys.executable, __file__, "--child", job, str(T), d], env=env,
                        capture_output=True, text=True)
     if r.returncode:
