@@ -105,10 +105,9 @@ def cell_row_bytes(n_features: int, degree: int, k: int, max_candidates: int = 0
     gathered, its list and flags, two candidate lists, the search graph with reverse edges) and
     its hnswlib index for queries (features, links, label); with its answers while merging
     (``k`` neighbours: pass 2k for appending).  Rows wider than 128 also hold their coordinates
-    in 64 of the cell's principal directions (the walks' lower bound); from 192 wide, a build in
-    up to 128 of them (``graph.projected``)."""
+    in 64 of the cell's principal directions (the walks' lower bound)."""
     mc = max_candidates or 2 * degree
-    projected = 4 * (128 if n_features >= 192 else 64) if n_features > 128 else 0
+    projected = 4 * 64 if n_features > 128 else 0
     descent = 4 * n_features + projected + 9 * degree + 16 * mc + 8 * degree + 16
     hnsw = 8 * n_features + 8 * M
     return max(descent, hnsw) + 24 * k + 64

@@ -15,15 +15,10 @@ from ..base.atomic import atomic_path
 from .files import (bucket_rows, cell_path, graph_paths, indexed, load_graph, open_rows,
                     partial_cell_path,
                     result_paths, rows_path)
-from . import projected
 from .trees import forest, locality_order, tree_starts
 from .walk import CellSearch, search_graph
 
 log = logging.getLogger("streamclust")
-
-
-#: the seed's key of the sample a new cell's principal directions come from (:mod:`.projected`)
-PROJECT_KEY = 0x70726F6A
 
 
 def build_cell(source, directory, c, lists, settings, batch_size, kq, extend=False, progress=None,
@@ -83,19 +78,13 @@ def build_cell(source, directory, c, lists, settings, batch_size, kq, extend=Fal
                                       np.full((m, wide), np.inf, np.float32),
                                       np.zeros((m, wide), np.uint8), wide, 2 * wide)
         init = forest_init if threads <= 1 else _forest_threads
+        init(Xc, (ids, d2, flags), forest(m, kb, seed))
+        random_init(Xc, (ids, d2, flags), 0, seed)
         run = descent if threads <= 1 else _rounds
-        V, mean = projected.basis(Xc, [settings["seed"], c, PROJECT_KEY])
-        Y = Xc if V is None else projected.project(Xc, V, mean)  # (see .projected)
-        init(Y, (ids, d2, flags), forest(m, kb, seed))
-        random_init(Y, (ids, d2, flags), 0, seed)
-        its = run(Y, (ids, d2, flags), (mc, 50, 0.001, seed))
-        if V is not None:
-            del Y
-            projected.exact_lists(Xc, ids, d2, threads)
+        its = run(Xc, (ids, d2, flags), (mc, 50, 0.001, seed))
         ids, d2 = _widen(Xc, (ids, d2, flags), settings, rng, run=run, init=init)
-        log.debug("kNN cell %d: %d rows read in %.2f s, NN-descent %d iterations %.2f s (in %s)",
-                  c, m, t1 - t0, its, time.perf_counter() - t1,
-                  "all values" if V is None else f"{len(V)} principal directions")
+        log.debug("kNN cell %d: %d rows read in %.2f s, NN-descent %d iterations %.2f s", c,
+                  m, t1 - t0, its, time.perf_counter() - t1)
     if os.path.exists(cell_path(directory, c)):  # an index of fewer rows: the new ones join it
         if mo and m > mo:  # when it is next loaded (its rows are the first of the cell's)
             os.replace(cell_path(directory, c), partial_cell_path(directory, c))
