@@ -2,6 +2,7 @@
 cell (walks from their leaves, then join_new), and the best-first walk with and without a
 bound."""
 import numpy as np
+import pytest
 
 from streamclust.graph import descent as D
 from streamclust.graph import trees as T
@@ -280,3 +281,23 @@ def test_a_cell_with_leading_directions_chooses_the_starts_of_full_width():
     W.beam_search(flat, search.graph, want.astype(np.int32), Qs,
                   full, 24, np.full(500, np.inf, np.float32))
     assert _recall(ids, exact) >= _recall(full[0], exact) - 0.01 > 0.9
+
+
+@pytest.mark.parametrize("d", [3, 17, 50, 103, 384, 784])
+def test_four_distances_at_once_are_each_pairs_own(d):
+    """``d2_four``: each lane is the squared distance of its two rows (float64 brute force,
+    to float32 rounding) and the same bits whichever lane it takes, whatever the other lanes
+    hold and whichever of the two rows is loaded once: so a build's lists do not depend on how
+    its pairs were grouped (``_d2``, one pair, is the same lane)."""
+    rng = np.random.default_rng(d)
+    X = (rng.normal(size=(64, d)) * rng.uniform(0.1, 100, (64, 1))).astype(np.float32)
+    for _ in range(200):
+        p, q = int(rng.integers(64)), tuple(int(v) for v in rng.integers(0, 64, 4))
+        got = np.array(D.d2_four(X, p, q))
+        true = ((X[p].astype(np.float64) - X[list(q)]) ** 2).sum(1)
+        np.testing.assert_allclose(got, true, rtol=2e-5 * np.sqrt(d))
+        for s in range(4):
+            rolled = q[s + 1:] + q[:s + 1]  # q[s] in the last lane
+            assert D.d2_four(X, p, rolled)[3] == got[s]
+            assert D.d2_four(X, q[s], (p, p, p, p)) == (got[s],) * 4
+            assert D._d2(X, p, q[s]) == got[s]

@@ -24,12 +24,55 @@ from numba import njit
 
 
 @njit(cache=True, nogil=True, fastmath=True)
-def _d2(X, a, b):
-    s = np.float32(0.0)
+def d2_four(X, p, q):
+    """Squared distances of row ``p`` to the four rows ``q`` (a tuple of int64), ``p``'s values
+    loaded once for the four (pynndescent 0.7's 1 × 4 kernel idea): 784 wide, 38 against 52 ns
+    a pair in cache, 270 against 410 from memory.  Each lane's sum is the same function of its
+    two rows whatever the other lanes hold and whichever row is ``p`` (tested), so every
+    distance of a build is taken by it (:func:`_d2`: one pair in all four lanes) and the lists
+    do not depend on how the pairs were grouped."""
+    q0, q1, q2, q3 = q
+    s0 = np.float32(0.0)
+    s1 = np.float32(0.0)
+    s2 = np.float32(0.0)
+    s3 = np.float32(0.0)
     for j in range(X.shape[1]):
-        t = X[a, j] - X[b, j]
-        s += t * t
-    return s
+        x = X[p, j]
+        t0 = x - X[q0, j]
+        t1 = x - X[q1, j]
+        t2 = x - X[q2, j]
+        t3 = x - X[q3, j]
+        s0 += t0 * t0
+        s1 += t1 * t1
+        s2 += t2 * t2
+        s3 += t3 * t3
+    return s0, s1, s2, s3
+
+
+@njit(cache=True, nogil=True)
+def _d2(X, a, b):
+    b = np.int64(b)
+    return d2_four(X, a, (b, b, b, b))[0]
+
+
+@njit(cache=True, nogil=True)
+def _join_many(X, lists, p, qs, n):
+    """Row ``p`` joined with ``qs[:n]`` in that order (:func:`_join` each), their distances
+    taken four at a time; returns the list entries changed."""
+    ids, d2, flags = lists
+    k = ids.shape[1]
+    changed = 0
+    for s in range(0, n, 4):
+        last = min(s + 4, n) - 1
+        q = (np.int64(qs[s]), np.int64(qs[min(s + 1, last)]), np.int64(qs[min(s + 2, last)]),
+             np.int64(qs[last]))
+        d = d2_four(X, p, q)
+        for u in range(last - s + 1):
+            if d[u] < d2[p, k - 1]:
+                changed += _push(ids, d2, flags, p, q[u], d[u])
+            if d[u] < d2[q[u], k - 1]:
+                changed += _push(ids, d2, flags, q[u], p, d[u])
+    return changed
 
 
 @njit(cache=True, nogil=True)
@@ -182,23 +225,20 @@ def _candidates(lists, cand):
 def _join_row(X, lists, new, old):
     """One row's local join: every new candidate against the later new ones and the old ones;
     returns the list entries changed."""
-    ids, d2, flags = lists
     mc = new.shape[0]
+    qs = np.empty(2 * mc, np.int64)
     changed = 0
     for a in range(mc):
         p = new[a]
         if p < 0:
             continue
-        for b in range(a + 1, mc):
-            q = new[b]
-            if q < 0:
-                continue
-            changed += _join(X, ids, d2, flags, p, q)
-        for b in range(mc):
-            q = old[b]
-            if q < 0 or q == p:
-                continue
-            changed += _join(X, ids, d2, flags, p, q)
+        n = 0
+        for b in range(a + 1, mc + mc):
+            q = new[b] if b < mc else old[b - mc]
+            if q >= 0 and q != p:
+                qs[n] = q
+                n += 1
+        changed += _join_many(X, lists, p, qs, n)
     return changed
 
 
@@ -245,7 +285,7 @@ def join_gram(X, lists, group, norms, rows):
     (|p| + |q|)², never less than the error of both sums), is beyond the last entry of both
     lists cannot enter either and is not compared; every other pair is, as before, so the lists
     are the plain join's to the bit.  Returns the list entries changed."""
-    ids, d2, flags = lists
+    ids, d2 = lists[0], lists[1]
     who, nn = group
     sq, nrm = norms
     k, na = ids.shape[1], who.shape[0]
@@ -253,16 +293,20 @@ def join_gram(X, lists, group, norms, rows):
         rows[i] = X[who[i]]
     G = np.dot(rows[:nn], rows[:na].T)
     u = 2.0 * (X.shape[1] + 8) * 2.0 ** -24
+    qs = np.empty(na, np.int64)
     changed = 0
     for a in range(nn):
         p = who[a]
+        n = 0
         for b in range(a + 1, na):
             q = who[b]
             if q == p:
                 continue
             s = nrm[p] + nrm[q]
             if sq[p] + sq[q] - 2.0 * G[a, b] - u * s * s < max(d2[p, k - 1], d2[q, k - 1]):
-                changed += _join(X, ids, d2, flags, p, q)
+                qs[n] = q
+                n += 1
+        changed += _join_many(X, lists, p, qs, n)
     return changed
 
 

@@ -17,7 +17,7 @@ import numba as nb
 import numpy as np
 
 from ..base.rng import rng_init, rng_uniform
-from .descent import _d2, _join, _push, _sample, join_gram, sq_norms
+from .descent import _join_many, _push, _sample, d2_four, join_gram, sq_norms
 from .trees import GRAM_WIDTH, rp_leaves
 
 #: proposals a round holds at most (12 bytes each: 48 MB), its rows as many as fit
@@ -56,18 +56,26 @@ def _propose(X, lists, cand, lo, hi, out):
     blocks = (hi - lo + rows - 1) // rows
     for b in nb.prange(blocks):
         n = 0
+        qs = np.empty(2 * mc, np.int64)
         for r in range(lo + b * rows, min(hi, lo + (b + 1) * rows)):
             for a in range(mc):
                 p = new[r, a]
                 if p < 0:
                     continue
+                nq = 0
                 for e in range(a + 1, mc + mc):
                     q = new[r, e] if e < mc else old[r, e - mc]
-                    if q < 0 or q == p:
-                        continue
-                    d = _d2(X, p, q)
-                    if d < d2[p, k - 1] or d < d2[q, k - 1]:
-                        n = _put(out, b, n, (p, q, d))
+                    if q >= 0 and q != p:
+                        qs[nq] = q
+                        nq += 1
+                for s in range(0, nq, 4):  # four distances at a time (descent.d2_four)
+                    last = min(s + 4, nq) - 1
+                    four = d2_four(X, p, (qs[s], qs[min(s + 1, last)], qs[min(s + 2, last)],
+                                          qs[last]))
+                    for u in range(last - s + 1):
+                        q, d = qs[s + u], four[u]
+                        if d < d2[p, k - 1] or d < d2[q, k - 1]:
+                            n = _put(out, b, n, (p, q, d))
         count[b] = n
 
 
@@ -219,8 +227,7 @@ def _join_leaves(X, lists, leaves, norms, gram):
             join_gram(X, (ids, d2, flags), (order[lo:hi], hi - lo), norms, rows)
             continue
         for a in range(lo, hi):
-            for b in range(a + 1, hi):
-                _join(X, ids, d2, flags, order[a], order[b])
+            _join_many(X, (ids, d2, flags), order[a], order[a + 1:hi], hi - a - 1)
 
 
 def forest_init_threads(X, lists, params):
