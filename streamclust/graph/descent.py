@@ -56,6 +56,29 @@ def _d2(X, a, b):
 
 
 @njit(cache=True, nogil=True)
+def four_from(X, p, qs, s, n):
+    """The rows ``qs[s:s + 4]`` (of the first ``n``; the last repeated where fewer remain),
+    their squared distances to row ``p`` (:func:`d2_four`) and how many are real."""
+    last = min(s + 4, n) - 1
+    q = (np.int64(qs[s]), np.int64(qs[min(s + 1, last)]), np.int64(qs[min(s + 2, last)]),
+         np.int64(qs[last]))
+    return q, d2_four(X, p, q), last - s + 1
+
+
+@njit(cache=True, nogil=True)
+def partners(new, old, a, qs):
+    """Into ``qs``: the candidates new candidate ``a`` of a row is joined with (the later new
+    ones and the old ones, none absent or itself); returns how many."""
+    p, mc, n = new[a], new.shape[0], 0
+    for b in range(a + 1, mc + mc):
+        q = new[b] if b < mc else old[b - mc]
+        if q >= 0 and q != p:
+            qs[n] = q
+            n += 1
+    return n
+
+
+@njit(cache=True, nogil=True)
 def _join_many(X, lists, p, qs, n):
     """Row ``p`` joined with ``qs[:n]`` in that order (:func:`_join` each), their distances
     taken four at a time; returns the list entries changed."""
@@ -63,11 +86,8 @@ def _join_many(X, lists, p, qs, n):
     k = ids.shape[1]
     changed = 0
     for s in range(0, n, 4):
-        last = min(s + 4, n) - 1
-        q = (np.int64(qs[s]), np.int64(qs[min(s + 1, last)]), np.int64(qs[min(s + 2, last)]),
-             np.int64(qs[last]))
-        d = d2_four(X, p, q)
-        for u in range(last - s + 1):
+        q, d, real = four_from(X, p, qs, s, n)
+        for u in range(real):
             if d[u] < d2[p, k - 1]:
                 changed += _push(ids, d2, flags, p, q[u], d[u])
             if d[u] < d2[q[u], k - 1]:
@@ -229,16 +249,8 @@ def _join_row(X, lists, new, old):
     qs = np.empty(2 * mc, np.int64)
     changed = 0
     for a in range(mc):
-        p = new[a]
-        if p < 0:
-            continue
-        n = 0
-        for b in range(a + 1, mc + mc):
-            q = new[b] if b < mc else old[b - mc]
-            if q >= 0 and q != p:
-                qs[n] = q
-                n += 1
-        changed += _join_many(X, lists, p, qs, n)
+        if new[a] >= 0:
+            changed += _join_many(X, lists, new[a], qs, partners(new, old, a, qs))
     return changed
 
 

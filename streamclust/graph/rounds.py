@@ -17,7 +17,7 @@ import numba as nb
 import numpy as np
 
 from ..base.rng import rng_init, rng_uniform
-from .descent import _join_many, _push, _sample, d2_four, join_gram, sq_norms
+from .descent import _join_many, _push, _sample, four_from, join_gram, partners, sq_norms
 from .trees import GRAM_WIDTH, rp_leaves
 
 #: proposals a round holds at most (12 bytes each: 48 MB), its rows as many as fit
@@ -62,20 +62,12 @@ def _propose(X, lists, cand, lo, hi, out):
                 p = new[r, a]
                 if p < 0:
                     continue
-                nq = 0
-                for e in range(a + 1, mc + mc):
-                    q = new[r, e] if e < mc else old[r, e - mc]
-                    if q >= 0 and q != p:
-                        qs[nq] = q
-                        nq += 1
-                for s in range(0, nq, 4):  # four distances at a time (descent.d2_four)
-                    last = min(s + 4, nq) - 1
-                    four = d2_four(X, p, (qs[s], qs[min(s + 1, last)], qs[min(s + 2, last)],
-                                          qs[last]))
-                    for u in range(last - s + 1):
-                        q, d = qs[s + u], four[u]
-                        if d < d2[p, k - 1] or d < d2[q, k - 1]:
-                            n = _put(out, b, n, (p, q, d))
+                nq = partners(new[r], old[r], a, qs)
+                for s in range(0, nq, 4):  # four distances at a time
+                    q, d, real = four_from(X, p, qs, s, nq)
+                    for u in range(real):
+                        if d[u] < d2[p, k - 1] or d[u] < d2[q[u], k - 1]:
+                            n = _put(out, b, n, (p, q[u], d[u]))
         count[b] = n
 
 
