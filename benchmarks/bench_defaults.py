@@ -110,6 +110,10 @@ CASES = [("dgmm", "usps", {}), ("dgmm", "shuttle", {"scale": "minmax"}), ("dgmm"
          ("slk", "digits28", {"lambda_grid": SHUTTLE_GRID, "validation_labels": "y"}),
          ("ncutemb", "digits28", {"hidden": 50})]
 SEEDLESS = {"ism", "infex"}
+#: rows whose five-seed median moves by more than TOLERANCE with the seeds drawn run this many
+#: seeds at least (NCutEmb on usps, one build: seeds 0-4 0.776, 5-9 0.808; the graph's seed is
+#: the fit's, and equally good graphs give NMI 0.75-0.81 by seed)
+MORE_SEEDS = {("ncutemb", "usps"): 10}
 
 
 def peers(algo, X, y, k, seed, given=None):
@@ -182,7 +186,7 @@ def main():
         kw = {"given": "given"} if g == "ism" else {}
         data = vector_table("x", Xw, y=(Xw[:, 0] > 0).astype(np.int64), given=(Xw[:, 1] > 0).astype(np.int64))
         streamclust.fit(data, g, None if g == "infex" else 2, features="x", progress=False, **kw)
-    rows, sq_rows = [], []
+    rows, sq_rows, row_seeds = [], [], []
     for algo, name, kw in CASES:
         if algo not in algos or (sets and name not in sets):
             continue
@@ -192,7 +196,9 @@ def main():
         data = vector_table("x", X, **cols)
         Xp = minmax(X) if kw.get("scale") == "minmax" else X
         # (ISM's seed draws its sample: without given, as a plain clustering, every seed)
-        seeds = [0] if algo in SEEDLESS and (algo != "ism" or "given" in kw) else list(range(a.seeds))
+        n_seeds = max(a.seeds, MORE_SEEDS.get((algo, name), 0))
+        seeds = [0] if algo in SEEDLESS and (algo != "ism" or "given" in kw) else \
+            list(range(n_seeds))
         ours, theirs, sq = [], {}, []
         for seed in seeds:
             t = time.perf_counter()
@@ -214,9 +220,11 @@ def main():
                           if k not in ("scale",)) or "defaults"
         label = label.replace(f"lambda_grid={SHUTTLE_GRID}, validation_labels=y", "λ grid, validation")
         rows.append([f"{name}", *summary(f"{algo} ({label})", ours, given)])
+        row_seeds.append(n_seeds)
         for pname, sc in theirs.items():  # once a set (several algorithms share a set's peers)
             if not any(r[0] == name and r[1] == pname for r in rows):
                 rows.append([name, *summary(pname, sc, given)])
+                row_seeds.append(a.seeds)
         if sq:
             ref = float(np.median([b for _, b in sq]))
             t_km = float(np.median([x[2] for x in theirs["KMeans(auto)"]]))
@@ -227,43 +235,47 @@ def main():
         print("D-GMM squared error ÷ the median of KMeans(n_init=1)'s (same seeds), and its median "
               "time ÷ KMeans(n_init=\"auto\")'s")
         table(sq_rows, ["set", "worst", "median", "time ratio"])
-    print(f"seeds per row: {a.seeds} (INFEX and ISM with given: 1, deterministic)")
+    more = ", ".join(f"{g} on {n}: {s}" for (g, n), s in MORE_SEEDS.items() if s > a.seeds)
+    print(f"seeds per row: {a.seeds}{f' ({more})' if more else ''} (INFEX and ISM with given: 1, "
+          "deterministic)")
     headers = ["set", "method", "NMI median", "NMI worst", "ACC median", "ACC worst", "s median",
                "novelty"]
     table(rows, headers)
     if a.record:
-        rec = {"seeds": a.seeds, "rows": [dict(zip(headers, r), seeds=a.seeds) for r in rows]}
+        rec = {"seeds": a.seeds, "rows": [dict(zip(headers, r), seeds=n)
+                                          for r, n in zip(rows, row_seeds)]}
         tmp = a.record + ".tmp"
         with open(tmp, "w") as f:
             json.dump(rec, f, indent=1)
         os.replace(tmp, a.record)
         print(f"recorded {len(rows)} rows in {a.record}")
     if a.compare:
-        worse = compare(rows, headers, a.compare, a.seeds)
+        worse = compare(rows, headers, a.compare, row_seeds)
         sys.exit(1 if worse else 0)
 
 
-def compare(rows, headers, path, seeds):
-    """Rows of this run worse than the recorded table at ``path`` by more than TOLERANCE."""
+def compare(rows, headers, path, row_seeds):
+    """Rows of this run (measured on ``row_seeds`` seeds each) worse than the recorded table at
+    ``path`` by more than TOLERANCE."""
     with open(path) as f:
         rec = json.load(f)
     old = {(r["set"], r["method"]): r for r in rec["rows"]}
     keys = ["NMI median", "NMI worst", "ACC median", "ACC worst"]
     worse, seen, fewer = [], 0, []
-    for r in rows:
+    for r, seeds in zip(rows, row_seeds):
         row = dict(zip(headers, r))
         o = old.get((row["set"], row["method"]))
         if o is None:
             continue
         seen += 1
         if seeds < o.get("seeds", rec.get("seeds", seeds)):
-            fewer.append(f"{row['set']} / {row['method']}")
+            fewer.append(f"{row['set']} / {row['method']} ({seeds})")
         for k in keys:
             if isinstance(o[k], (int, float)) and isinstance(row[k], (int, float)) \
                     and row[k] < o[k] - TOLERANCE:
                 worse.append([row["set"], row["method"], k, o[k], row[k]])
     if fewer:
-        print(f"note: {seeds} seeds against more recorded for {', '.join(fewer)}: their worst "
+        print(f"note: fewer seeds than recorded for {', '.join(fewer)}: their worst "
               "columns are not comparable")
     print(f"compared {seen} rows with {path}: {len(worse)} worse by more than {TOLERANCE}")
     if worse:

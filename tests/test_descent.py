@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from streamclust.graph import descent as D
+from streamclust.graph import forest as F
 from streamclust.graph import trees as T
 from streamclust.graph import walk as W
 from streamclust.testing import make_blobs
@@ -179,8 +180,8 @@ def test_the_gram_join_changes_the_lists_as_the_plain_join_does():
 
 def test_wide_rows_join_their_leaves_through_the_gram_matrix_as_pair_by_pair():
     """forest_init compares a leaf's wide rows through its Gram matrix after the first tree:
-    its lists equal those of every pair of every leaf compared one by one (rp_leaves and the
-    plain join, here in Python), rows far from the origin and near copies included."""
+    its lists equal those of every pair of every leaf compared one by one (the forest's leaves
+    and the plain join, here in Python), rows far from the origin and near copies included."""
     rng = np.random.default_rng(11)
     d = T.GRAM_WIDTH + 72
     X = (rng.normal(size=(1200, d)) + 30.0 * rng.normal(size=(1, d))).astype(np.float32)
@@ -192,8 +193,9 @@ def test_wide_rows_join_their_leaves_through_the_gram_matrix_as_pair_by_pair():
     lists = _lists(len(X), 12)
     T.forest_init(X, lists, params)
     plain = _lists(len(X), 12)
+    orders, is_start = F.rp_forest(X, params)
     for t in range(params[0]):
-        order, starts = T.rp_leaves(X, params[1], params[2] + t)
+        order, starts = orders[t], np.flatnonzero(is_start[t])
         for i in range(len(starts) - 1):
             for a in range(starts[i], starts[i + 1]):
                 for b in range(a + 1, starts[i + 1]):

@@ -223,7 +223,7 @@ def _start_width(Xc, settings, key, sample=200):
     seed = int(rng.integers(2 ** 31))
     lists = (np.full((PROBE_ROWS, kb), -1, np.int32), np.full((PROBE_ROWS, kb), np.inf, np.float32),
              np.zeros((PROBE_ROWS, kb), np.uint8))
-    forest_init(P, lists, forest(PROBE_ROWS, kb, seed))
+    forest_init(P, lists, forest(PROBE_ROWS, kb, seed), levels=False)  # as measured
     random_init(P, lists, 0, seed)
     descent(P, lists, (settings["max_candidates"], 50, 0.001, seed))
     rows = np.sort(rng.choice(PROBE_ROWS, sample, replace=False))

@@ -18,7 +18,8 @@ import numpy as np
 
 from ..base.rng import rng_init, rng_uniform
 from .descent import _join_many, _push, _sample, four_from, join_gram, partners, sq_norms
-from .trees import GRAM_WIDTH, rp_leaves
+from .forest import rp_forest
+from .trees import GRAM_WIDTH
 
 #: proposals a round holds at most (12 bytes each: 48 MB), its rows as many as fit
 ROUND_PAIRS = 1 << 22
@@ -196,17 +197,6 @@ def proposals(mc: int):
 
 
 @nb.njit(cache=True, parallel=True)
-def _leaves(X, params, orders, starts, counts):
-    """Every tree's leaves (:func:`.trees.rp_leaves`), the trees on all threads."""
-    leaf, seed = params[1], params[2]
-    for t in nb.prange(orders.shape[0]):
-        order, st = rp_leaves(X, leaf, seed + t)
-        orders[t] = order
-        counts[t] = st.shape[0]
-        starts[t, :st.shape[0]] = st
-
-
-@nb.njit(cache=True, parallel=True)
 def _join_leaves(X, lists, leaves, norms, gram):
     """Every pair of rows sharing a leaf of one tree compared, the leaves on all threads (a
     row is in one leaf of a tree: no two threads touch one list)."""
@@ -224,15 +214,11 @@ def _join_leaves(X, lists, leaves, norms, gram):
 
 def forest_init_threads(X, lists, params):
     """:func:`.trees.forest_init` on all of numba's threads, the same lists to the bit: the
-    trees' leaves at once, then tree after tree its leaves at once."""
-    trees, leaf, seed = params
-    m = len(X)
-    orders = np.empty((trees, m), np.int64)
-    starts = np.empty((trees, m + 1), np.int64)
-    counts = np.empty(trees, np.int64)
-    _leaves(X, (trees, leaf, seed), orders, starts, counts)
+    forest's rows and nodes at once (:func:`.forest.rp_forest`), then tree after tree its
+    leaves at once."""
+    orders, is_start = rp_forest(X, params, parallel=True)
     gram = X.shape[1] > GRAM_WIDTH
     sq = sq_norms(X) if gram else np.empty(0, np.float32)
     norms = (sq, np.sqrt(sq))
-    for t in range(trees):
-        _join_leaves(X, lists, (orders[t], starts[t, :counts[t]]), norms, gram and t > 0)
+    for t in range(len(orders)):
+        _join_leaves(X, lists, (orders[t], np.flatnonzero(is_start[t])), norms, gram and t > 0)

@@ -8,6 +8,7 @@ import numpy as np
 from numba import njit
 
 from .descent import _join_many, join_gram, sq_norms
+from .forest import rp_forest, split_range
 from .lists import keep_smallest
 from .walk import _d2q
 
@@ -28,62 +29,17 @@ def forest(m: int, k: int, seed: int):
     return (max(3, min(12, round(2 * np.log10(max(m, 2))))), max(60, min(256, 5 * k)), seed)
 
 
-@njit(cache=True, nogil=True, fastmath=True)
-def _dot(v, X, r):
-    s = np.float32(0.0)
-    for j in range(X.shape[1]):
-        s += v[j] * X[r, j]
-    return s
-
-
 @njit(cache=True, nogil=True)
 def rp_leaves(X, leaf, seed):
-    """The leaves of a random-projection tree over the rows ``X``: ``(order, starts)``, leaf i
-    being ``order[starts[i]:starts[i + 1]]``, left to right.  A node splits at the hyperplane
-    halfway between two of its rows drawn at random (a split leaving less than a twentieth on
-    one side: a random halving instead) until it holds at most ``leaf`` rows."""
+    """The leaves of a random-projection tree over the rows ``X`` (:func:`.forest.split_range`):
+    ``(order, starts)``, leaf i being ``order[starts[i]:starts[i + 1]]``, left to right."""
     np.random.seed(seed)
-    m, d = X.shape
+    m = X.shape[0]
     order = np.arange(m).astype(np.int64)
-    starts = np.empty(m + 1, np.int64)
-    stack = np.empty((m // max(leaf, 1) + 64, 2), np.int64)  # DFS: at most a frame per leaf
-    side = np.empty(m, np.float32)
-    normal = np.empty(d, np.float32)
-    ns, top = 0, 1
-    stack[0, 0], stack[0, 1] = 0, m
-    while top > 0:
-        top -= 1
-        lo, hi = stack[top, 0], stack[top, 1]
-        if hi - lo <= leaf:
-            starts[ns] = lo
-            ns += 1
-            continue
-        a = order[lo + np.random.randint(0, hi - lo)]
-        b = order[lo + np.random.randint(0, hi - lo)]
-        off = np.float32(0.0)
-        for j in range(d):
-            normal[j] = X[a, j] - X[b, j]
-            off += normal[j] * np.float32(0.5) * (X[a, j] + X[b, j])
-        for t in range(lo, hi):
-            side[t] = _dot(normal, X, order[t]) - off
-        i, j = lo, hi - 1
-        while i <= j:  # rows with side > 0 first
-            if side[i] > 0:
-                i += 1
-            else:
-                side[i], side[j] = side[j], side[i]
-                order[i], order[j] = order[j], order[i]
-                j -= 1
-        if min(i - lo, hi - i) < max(1, (hi - lo) // 20):
-            for t in range(hi - 1, lo, -1):
-                u = lo + np.random.randint(0, t - lo + 1)
-                order[t], order[u] = order[u], order[t]
-            i = (lo + hi) // 2
-        stack[top, 0], stack[top, 1] = i, hi  # the left half is taken first
-        stack[top + 1, 0], stack[top + 1, 1] = lo, i
-        top += 2
-    starts[ns] = m
-    return order, starts[:ns + 1]
+    is_start = np.zeros(m + 1, np.bool_)
+    split_range(X, order, (0, m), leaf, is_start)
+    is_start[m] = True
+    return order, np.flatnonzero(is_start).astype(np.int64)
 
 
 #: rows wider than this join a leaf through its Gram matrix after the first tree
@@ -91,22 +47,48 @@ def rp_leaves(X, leaf, seed):
 GRAM_WIDTH = 128
 
 
-@njit(cache=True, nogil=True)
-def forest_init(X, lists, params):
-    """Rows' lists from ``params = (trees, leaf, seed)`` random-projection trees: every pair of
-    rows sharing a leaf is compared (pynndescent's initialisation; random lists instead cost
-    NN-descent three more iterations, the costliest: a 97 000-row cell 8.2 -> 5.0 s).  Rows
-    wider than :data:`GRAM_WIDTH` are compared through the leaf's Gram matrix once the first
-    tree has filled the lists, so that most pairs, beyond both rows' lists by then, are not
-    compared one by one (the same lists, to the bit): a 73 000-row cell of 384-wide embeddings
-    (lists of 34, leaves of 170) 4.7 -> 3.8 s; 784-wide digits (leaves of 60) unchanged."""
+def forest_init(X, lists, params, levels: bool = True):
+    """Rows' lists from ``params = (trees, leaf, seed)`` random-projection trees
+    (:func:`.forest.rp_forest`): every pair of rows sharing a leaf is compared (pynndescent's
+    initialisation; random lists instead cost NN-descent three more iterations, the costliest:
+    a 97 000-row cell 8.2 -> 5.0 s).  Rows wider than :data:`GRAM_WIDTH` are compared through
+    the leaf's Gram matrix once the first tree has filled the lists, so that most pairs, beyond
+    both rows' lists by then, are not compared one by one (the same lists, to the bit): a
+    73 000-row cell of 384-wide embeddings (lists of 34, leaves of 170) 4.7 -> 3.8 s; 784-wide
+    digits (leaves of 60) unchanged.  ``levels=False``: the trees built one by one (a probe's).
+    """
+    orders, is_start = rp_forest(X, params) if levels else _trees_one_by_one(X, params)
+    _join_forest(X, lists, orders, is_start)
+
+
+def _trees_one_by_one(X, params):
+    """:func:`.forest.rp_forest`'s ``(orders, is_start)`` from trees built one after another
+    (:func:`rp_leaves`, tree t seeded ``seed + t``): the probes' forest, whose foresight
+    (:data:`.cellbuild.PROBE_GROWTH`) was measured on these trees."""
     trees, leaf, seed = params
+    m = len(X)
+    orders = np.empty((trees, m), np.int32)
+    is_start = np.zeros((trees, m + 1), np.bool_)
+    for t in range(trees):
+        order, starts = rp_leaves(X, leaf, seed + t)
+        orders[t], is_start[t, starts] = order, True
+    return orders, is_start
+
+
+@njit(cache=True, nogil=True)
+def _join_forest(X, lists, orders, is_start):
+    """Every pair of rows sharing a leaf of a tree compared, tree after tree."""
     gram = X.shape[1] > GRAM_WIDTH
     sq = sq_norms(X) if gram else np.empty(0, np.float32)
     norms = (sq, np.sqrt(sq))
+    leaf = 0
+    for t in range(orders.shape[0]):
+        starts = np.flatnonzero(is_start[t])
+        for i in range(starts.shape[0] - 1):
+            leaf = max(leaf, starts[i + 1] - starts[i])
     rows = np.empty((leaf if gram else 0, X.shape[1]), np.float32)
-    for t in range(trees):
-        order, starts = rp_leaves(X, leaf, seed + t)
+    for t in range(orders.shape[0]):
+        order, starts = orders[t], np.flatnonzero(is_start[t])
         for i in range(starts.shape[0] - 1):
             lo, hi = starts[i], starts[i + 1]
             if gram and t > 0 and hi - lo > 1:
