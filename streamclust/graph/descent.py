@@ -24,6 +24,29 @@ from numba import njit
 
 
 @njit(cache=True, nogil=True, fastmath=True)
+def d2_four_from(x, X, q):
+    """Squared distances of the vector ``x`` to the four rows ``q`` (a tuple of int64) of
+    ``X``, ``x``'s values loaded once for the four: the lanes of :func:`d2_four`, and the
+    walks' (:func:`.walk._dists`)."""
+    q0, q1, q2, q3 = q
+    s0 = np.float32(0.0)
+    s1 = np.float32(0.0)
+    s2 = np.float32(0.0)
+    s3 = np.float32(0.0)
+    for j in range(X.shape[1]):
+        v = x[j]
+        t0 = v - X[q0, j]
+        t1 = v - X[q1, j]
+        t2 = v - X[q2, j]
+        t3 = v - X[q3, j]
+        s0 += t0 * t0
+        s1 += t1 * t1
+        s2 += t2 * t2
+        s3 += t3 * t3
+    return s0, s1, s2, s3
+
+
+@njit(cache=True, nogil=True)
 def d2_four(X, p, q):
     """Squared distances of row ``p`` to the four rows ``q`` (a tuple of int64), ``p``'s values
     loaded once for the four (pynndescent 0.7's 1 × 4 kernel idea): 784 wide, 38 against 52 ns
@@ -31,22 +54,7 @@ def d2_four(X, p, q):
     two rows whatever the other lanes hold and whichever row is ``p`` (tested), so every
     distance of a build is taken by it (:func:`_d2`: one pair in all four lanes) and the lists
     do not depend on how the pairs were grouped."""
-    q0, q1, q2, q3 = q
-    s0 = np.float32(0.0)
-    s1 = np.float32(0.0)
-    s2 = np.float32(0.0)
-    s3 = np.float32(0.0)
-    for j in range(X.shape[1]):
-        x = X[p, j]
-        t0 = x - X[q0, j]
-        t1 = x - X[q1, j]
-        t2 = x - X[q2, j]
-        t3 = x - X[q3, j]
-        s0 += t0 * t0
-        s1 += t1 * t1
-        s2 += t2 * t2
-        s3 += t3 * t3
-    return s0, s1, s2, s3
+    return d2_four_from(X[p], X, q)
 
 
 @njit(cache=True, nogil=True)

@@ -12,6 +12,7 @@ import numpy as np
 from numba import njit
 
 from .cells import nearest_centres
+from .descent import d2_four_from
 from .lists import keep_smallest
 
 
@@ -158,36 +159,14 @@ def _d2q(q, X, b):
     return s
 
 
-@njit(cache=True, nogil=True, fastmath=True)
-def _d2q_four(q, X, b):
-    """Squared distances of ``q`` to the four rows ``b`` of ``X``, ``q`` loaded once for the
-    four (as :func:`.descent.d2_four`; each lane's sum depends on its own row only)."""
-    b0, b1, b2, b3 = b
-    s0 = np.float32(0.0)
-    s1 = np.float32(0.0)
-    s2 = np.float32(0.0)
-    s3 = np.float32(0.0)
-    for j in range(X.shape[1]):
-        x = q[j]
-        t0 = x - X[b0, j]
-        t1 = x - X[b1, j]
-        t2 = x - X[b2, j]
-        t3 = x - X[b3, j]
-        s0 += t0 * t0
-        s1 += t1 * t1
-        s2 += t2 * t2
-        s3 += t3 * t3
-    return s0, s1, s2, s3
-
-
 @njit(cache=True, nogil=True)
 def _dists(q, X, rows, out, n):
     """Into ``out[:n]``: the squared distances of ``q`` to the rows ``rows[:n]`` of ``X``, four
     at a time (a walk's next rows read side by side: 784 wide, 20 % less time a query)."""
     for s in range(0, n, 4):
         last = min(s + 4, n) - 1
-        d = _d2q_four(q, X, (rows[s], rows[min(s + 1, last)], rows[min(s + 2, last)],
-                             rows[last]))
+        d = d2_four_from(q, X, (rows[s], rows[min(s + 1, last)], rows[min(s + 2, last)],
+                                rows[last]))
         out[s] = d[0]
         if s + 1 <= last:
             out[s + 1] = d[1]
