@@ -10,17 +10,14 @@ from streamclust.graph import trees as T
 from streamclust.graph import walk as W
 from streamclust.testing import make_blobs
 
+from leaf_joins import empty_lists as _lists, joined_pair_by_pair
+
 
 def _exact(X, Q, k, self_rows=None):
     d2 = ((Q[:, None, :].astype(np.float64) - X[None, :, :]) ** 2).sum(2)
     if self_rows is not None:
         d2[np.arange(len(Q)), self_rows] = np.inf
     return np.argsort(d2, 1, kind="stable")[:, :k], np.sort(d2, 1)[:, :k]
-
-
-def _lists(m, k):
-    return (np.full((m, k), -1, np.int32), np.full((m, k), np.inf, np.float32),
-            np.zeros((m, k), np.uint8))
 
 
 def _recall(found, exact):
@@ -192,14 +189,9 @@ def test_wide_rows_join_their_leaves_through_the_gram_matrix_as_pair_by_pair():
     params = (5, 60, 4)
     lists = _lists(len(X), 12)
     T.forest_init(X, lists, params)
-    plain = _lists(len(X), 12)
     orders, is_start = F.rp_forest(X, params)
-    for t in range(params[0]):
-        order, starts = orders[t], np.flatnonzero(is_start[t])
-        for i in range(len(starts) - 1):
-            for a in range(starts[i], starts[i + 1]):
-                for b in range(a + 1, starts[i + 1]):
-                    D._join(X, *plain, order[a], order[b])
+    plain = joined_pair_by_pair(X, [(o, np.flatnonzero(s)) for o, s in zip(orders, is_start)],
+                                12)
     for a, b in zip(plain, lists):
         np.testing.assert_array_equal(a, b)
     assert (lists[0] >= 0).all()

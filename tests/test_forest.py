@@ -8,6 +8,8 @@ from streamclust.graph import forest as F
 from streamclust.graph import trees as T
 from streamclust.testing import make_blobs
 
+from leaf_joins import empty_lists, joined_pair_by_pair
+
 
 def _rows(n=6000, d=48, seed=2):
     X, _ = make_blobs(n=n, k=12, d=d, seed=seed, spread=2.0)
@@ -86,18 +88,9 @@ def test_a_probes_trees_are_built_one_by_one_as_before():
     """``forest_init(levels=False)`` (a cell's probe, whose foresight was measured on trees
     built one after another) joins the leaves of ``rp_leaves`` with seeds ``seed + t``: the
     lists of every pair of those leaves compared one by one."""
-    from streamclust.graph import descent as D
     X = _rows(n=3000, d=24)
-    lists = tuple(np.full((3000, 12), v, t) for v, t in ((-1, np.int32), (np.inf, np.float32),
-                                                         (0, np.uint8)))
+    lists = empty_lists(3000, 12)
     T.forest_init(X, lists, (4, 60, 3), levels=False)
-    plain = tuple(np.full((3000, 12), v, t) for v, t in ((-1, np.int32), (np.inf, np.float32),
-                                                         (0, np.uint8)))
-    for t in range(4):
-        order, starts = T.rp_leaves(X, 60, 3 + t)
-        for i in range(len(starts) - 1):
-            for a in range(starts[i], starts[i + 1]):
-                for b in range(a + 1, starts[i + 1]):
-                    D._join(X, *plain, order[a], order[b])
+    plain = joined_pair_by_pair(X, [T.rp_leaves(X, 60, 3 + t) for t in range(4)], 12)
     for a, b in zip(plain, lists):
         np.testing.assert_array_equal(a, b)
