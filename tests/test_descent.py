@@ -145,28 +145,26 @@ def test_the_projected_lower_bound_leaves_the_walk_as_it_is():
 
 
 def test_the_gram_join_changes_the_lists_as_the_plain_join_does():
-    """Long candidate lists join through their Gram matrix, skipping pairs its rounding bound
-    rules out: the lists equal the plain join's to the bit, rows far from the origin included
-    (the norms' cancellation is what the bound covers)."""
+    """A group of rows joined through its Gram matrix (a leaf's wide rows), skipping pairs its
+    rounding bound rules out: the lists equal the plain join's to the bit, rows far from the
+    origin included (the norms' cancellation is what the bound covers)."""
     rng = np.random.default_rng(7)
     X = (rng.normal(size=(1500, 200)) + 30.0 * rng.normal(size=(1, 200))).astype(np.float32)
     X[::7] = X[1::7] + np.float32(1e-3)  # near copies: distances far below the norms
-    mc = D.GRAM_CANDIDATES
+    mc = 48
     lists = _lists(len(X), 24)
     D.random_init(X, lists, 0, 3)
     plain = tuple(a.copy() for a in lists)
-    new = np.full((len(X), mc), -1, np.int32)
-    old = np.full((len(X), mc), -1, np.int32)
-    for r in range(len(X)):
-        n_new, n_old = rng.integers(1, mc + 1), rng.integers(0, mc + 1)
-        pick = rng.choice(len(X), n_new + n_old, replace=False)
-        new[r, :n_new], old[r, :n_old] = pick[:n_new], pick[n_new:]
     sq = D.sq_norms(X)
-    buf = (np.empty((2 * mc, X.shape[1]), np.float32), np.empty(2 * mc, np.int32))
+    rows = np.empty((2 * mc, X.shape[1]), np.float32)
     changed = [0, 0]
     for r in range(len(X)):
-        changed[0] += D._join_row(X, plain, new[r], old[r])
-        changed[1] += D._join_row_gram(X, lists, (new[r], old[r]), (sq, np.sqrt(sq)), buf)
+        n_new, n_old = rng.integers(1, mc + 1), rng.integers(0, mc + 1)
+        pick = rng.choice(len(X), n_new + n_old, replace=False).astype(np.int32)
+        new, old = np.full(mc, -1, np.int32), np.full(mc, -1, np.int32)
+        new[:n_new], old[:n_old] = pick[:n_new], pick[n_new:]
+        changed[0] += D._join_row(X, plain, new, old)
+        changed[1] += D.join_gram(X, lists, (pick, n_new), (sq, np.sqrt(sq)), rows)
     assert changed[0] == changed[1] > 0
     for a, b in zip(plain, lists):
         np.testing.assert_array_equal(a, b)
