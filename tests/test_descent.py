@@ -144,41 +144,12 @@ def test_the_projected_lower_bound_leaves_the_walk_as_it_is():
     assert W.bound_basis(noise, [0])[1] is False
 
 
-def test_the_gram_join_changes_the_lists_as_the_plain_join_does():
-    """A group of rows joined through its Gram matrix (a leaf's wide rows), skipping pairs its
-    rounding bound rules out: the lists equal the plain join's to the bit, rows far from the
-    origin included (the norms' cancellation is what the bound covers)."""
-    rng = np.random.default_rng(7)
-    X = (rng.normal(size=(1500, 200)) + 30.0 * rng.normal(size=(1, 200))).astype(np.float32)
-    X[::7] = X[1::7] + np.float32(1e-3)  # near copies: distances far below the norms
-    mc = 48
-    lists = _lists(len(X), 24)
-    D.random_init(X, lists, 0, 3)
-    plain = tuple(a.copy() for a in lists)
-    sq = D.sq_norms(X)
-    rows = np.empty((2 * mc, X.shape[1]), np.float32)
-    changed = [0, 0]
-    for r in range(len(X)):
-        n_new, n_old = rng.integers(1, mc + 1), rng.integers(0, mc + 1)
-        pick = rng.choice(len(X), n_new + n_old, replace=False).astype(np.int32)
-        new, old = np.full(mc, -1, np.int32), np.full(mc, -1, np.int32)
-        new[:n_new], old[:n_old] = pick[:n_new], pick[n_new:]
-        changed[0] += D._join_row(X, plain, new, old)
-        changed[1] += D.join_gram(X, lists, (pick, n_new), (sq, np.sqrt(sq)), rows)
-    assert changed[0] == changed[1] > 0
-    for a, b in zip(plain, lists):
-        np.testing.assert_array_equal(a, b)
-    ids, d2 = lists[0][:200], lists[1][:200]
-    true = ((X[:200, None, :].astype(np.float64) - X[ids]) ** 2).sum(2)
-    np.testing.assert_allclose(d2, true, rtol=1e-4, atol=1e-3)  # the distances of the ids
-
-
-def test_wide_rows_join_their_leaves_through_the_gram_matrix_as_pair_by_pair():
-    """forest_init compares a leaf's wide rows through its Gram matrix after the first tree:
-    its lists equal those of every pair of every leaf compared one by one (the forest's leaves
-    and the plain join, here in Python), rows far from the origin and near copies included."""
+def test_forest_init_joins_every_pair_of_every_leaf_as_one_by_one():
+    """forest_init's lists (the forest built level by level, pairs four at a time) equal those
+    of every pair of every leaf compared one by one (the forest's leaves and the plain join,
+    here in Python), rows far from the origin and near copies included."""
     rng = np.random.default_rng(11)
-    d = T.GRAM_WIDTH + 72
+    d = 200
     X = (rng.normal(size=(1200, d)) + 30.0 * rng.normal(size=(1, d))).astype(np.float32)
     # groups of 150 rows within 1e-2 of each other, more than a leaf holds: their lists' last
     # entries lie far below the products' rounding (the norms' cancellation the bound covers)

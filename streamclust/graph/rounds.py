@@ -17,9 +17,8 @@ import numba as nb
 import numpy as np
 
 from ..base.rng import rng_init, rng_uniform
-from .descent import _join_many, _push, _sample, four_from, join_gram, partners, sq_norms
+from .descent import _join_many, _push, _sample, four_from, partners
 from .forest import rp_forest
-from .trees import GRAM_WIDTH
 
 #: proposals a round holds at most (12 bytes each: 48 MB), its rows as many as fit
 ROUND_PAIRS = 1 << 22
@@ -197,17 +196,13 @@ def proposals(mc: int):
 
 
 @nb.njit(cache=True, parallel=True)
-def _join_leaves(X, lists, leaves, norms, gram):
+def _join_leaves(X, lists, leaves):
     """Every pair of rows sharing a leaf of one tree compared, the leaves on all threads (a
     row is in one leaf of a tree: no two threads touch one list)."""
     order, starts = leaves[0], leaves[1]
     ids, d2, flags = lists[0], lists[1], lists[2]  # (not ``= lists``: see _propose)
     for i in nb.prange(starts.shape[0] - 1):
         lo, hi = starts[i], starts[i + 1]
-        if gram and hi - lo > 1:
-            rows = np.empty((hi - lo, X.shape[1]), np.float32)
-            join_gram(X, (ids, d2, flags), (order[lo:hi], hi - lo), norms, rows)
-            continue
         for a in range(lo, hi):
             _join_many(X, (ids, d2, flags), order[a], order[a + 1:hi], hi - a - 1)
 
@@ -217,8 +212,5 @@ def forest_init_threads(X, lists, params):
     forest's rows and nodes at once (:func:`.forest.rp_forest`), then tree after tree its
     leaves at once."""
     orders, is_start = rp_forest(X, params, parallel=True)
-    gram = X.shape[1] > GRAM_WIDTH
-    sq = sq_norms(X) if gram else np.empty(0, np.float32)
-    norms = (sq, np.sqrt(sq))
     for t in range(len(orders)):
-        _join_leaves(X, lists, (orders[t], np.flatnonzero(is_start[t])), norms, gram and t > 0)
+        _join_leaves(X, lists, (orders[t], np.flatnonzero(is_start[t])))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .descent import _join_many, join_gram, sq_norms
+from .descent import _join_many
 from .forest import rp_forest, split_range
 from .lists import keep_smallest
 from .walk import _d2q
@@ -42,21 +42,15 @@ def rp_leaves(X, leaf, seed):
     return order, np.flatnonzero(is_start).astype(np.int64)
 
 
-#: rows wider than this join a leaf through its Gram matrix after the first tree
-#: (:func:`.descent.join_gram`: the same lists, to the bit)
-GRAM_WIDTH = 128
-
-
 def forest_init(X, lists, params, levels: bool = True):
     """Rows' lists from ``params = (trees, leaf, seed)`` random-projection trees
     (:func:`.forest.rp_forest`): every pair of rows sharing a leaf is compared (pynndescent's
     initialisation; random lists instead cost NN-descent three more iterations, the costliest:
-    a 97 000-row cell 8.2 -> 5.0 s).  Rows wider than :data:`GRAM_WIDTH` are compared through
-    the leaf's Gram matrix once the first tree has filled the lists, so that most pairs, beyond
-    both rows' lists by then, are not compared one by one (the same lists, to the bit): a
-    73 000-row cell of 384-wide embeddings (lists of 34, leaves of 170) 4.7 -> 3.8 s; 784-wide
-    digits (leaves of 60) unchanged.  ``levels=False``: the trees built one by one (a probe's).
-    """
+    a 97 000-row cell 8.2 -> 5.0 s), pair by pair, four distances at a time.  (Through each
+    leaf's Gram matrix after the first tree, pairs beyond both lists skipped, the same lists
+    took longer since the four-lane kernel: 100 000 digits 784 wide with lists of 12, 4.1-4.7
+    against 3.1 s; a 133 000-row cloud of 384-wide embeddings with lists of 12 / 33, 3.5 / 5.7
+    against 2.7 / 5.6 s.)  ``levels=False``: the trees built one by one (a probe's)."""
     orders, is_start = rp_forest(X, params) if levels else _trees_one_by_one(X, params)
     _join_forest(X, lists, orders, is_start)
 
@@ -78,22 +72,10 @@ def _trees_one_by_one(X, params):
 @njit(cache=True, nogil=True)
 def _join_forest(X, lists, orders, is_start):
     """Every pair of rows sharing a leaf of a tree compared, tree after tree."""
-    gram = X.shape[1] > GRAM_WIDTH
-    sq = sq_norms(X) if gram else np.empty(0, np.float32)
-    norms = (sq, np.sqrt(sq))
-    leaf = 0
-    for t in range(orders.shape[0]):
-        starts = np.flatnonzero(is_start[t])
-        for i in range(starts.shape[0] - 1):
-            leaf = max(leaf, starts[i + 1] - starts[i])
-    rows = np.empty((leaf if gram else 0, X.shape[1]), np.float32)
     for t in range(orders.shape[0]):
         order, starts = orders[t], np.flatnonzero(is_start[t])
         for i in range(starts.shape[0] - 1):
             lo, hi = starts[i], starts[i + 1]
-            if gram and t > 0 and hi - lo > 1:
-                join_gram(X, lists, (order[lo:hi], hi - lo), norms, rows)
-                continue
             for a in range(lo, hi):
                 _join_many(X, lists, order[a], order[a + 1:hi], hi - a - 1)
 
