@@ -94,3 +94,37 @@ def test_a_probes_trees_are_built_one_by_one_as_before():
     plain = joined_pair_by_pair(X, [T.rp_leaves(X, 60, 3 + t) for t in range(4)], 12)
     for a, b in zip(plain, lists):
         np.testing.assert_array_equal(a, b)
+
+
+def _leaf_of(orders, is_start):
+    leaf_of = np.empty(orders.shape, np.int64)
+    for t in range(len(orders)):
+        starts = np.flatnonzero(is_start[t])
+        leaf_of[t, orders[t]] = np.repeat(np.arange(len(starts) - 1), np.diff(starts))
+    return leaf_of
+
+
+def test_a_wide_cell_splits_its_trees_in_its_leading_directions_when_they_hold_its_spread():
+    """Rows that spread over few directions of many (digits-like: 16 directions of 200, a little
+    noise) split their trees in the cell's leading principal directions (``walk.bound_basis``):
+    the rows projected there, whose leaves hold each row's 10 nearest (brute force in all 200
+    values) at least as often as trees over the rows themselves; rows spread in every
+    direction, or a cell under ``SPLIT_MIN_ROWS`` rows, split their own rows."""
+    from streamclust.graph import walk as W
+    rng = np.random.default_rng(4)
+    m = T.SPLIT_MIN_ROWS
+    X = (rng.normal(size=(m, 16)) @ rng.normal(size=(16, 200))
+         + 0.3 * rng.normal(size=(m, 200))).astype(np.float32)
+    S = T.split_rows(X, [7])
+    V, tight = W.bound_basis(X, [7])
+    assert tight and S.shape == (m, W.BOUND_DIMS)
+    np.testing.assert_allclose(S, X @ V.T, rtol=1e-4, atol=1e-3)
+    near = _true_pairs(X, rows=400)
+    params = (6, 60, 3)
+    got = _shared_leaf(_leaf_of(*F.rp_forest(S, params)), near)
+    ref = _shared_leaf(_leaf_of(*F.rp_forest(X, params)), near)
+    assert got > 0.3 and got >= ref - 0.02, (got, ref)
+    noise = rng.normal(size=(m, 200)).astype(np.float32)
+    assert T.split_rows(noise, [7]) is noise
+    small = X[:m - 1]
+    assert T.split_rows(small, [7]) is small

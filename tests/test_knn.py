@@ -672,7 +672,8 @@ def test_a_widening_the_list_cap_leaves_under_four_entries_is_not_built(monkeypa
     kept as it is rather than built again for 1-3 entries."""
     from streamclust.graph import cellbuild, trees
     builds = []
-    monkeypatch.setattr(trees, "forest_init", lambda X, lists, p: builds.append(lists[0].shape[1]))
+    monkeypatch.setattr(trees, "forest_init",
+                        lambda X, lists, p, split=None: builds.append(lists[0].shape[1]))
     monkeypatch.setattr(cellbuild, "_hits", lambda d2, kth: 0)  # nothing found: widen
     X = np.random.default_rng(0).normal(size=(300, 8)).astype(np.float32)
     lists = (np.zeros((300, width), np.int32), np.zeros((300, width), np.float32),

@@ -33,7 +33,7 @@ def build_cell(source, directory, c, lists, settings, batch_size, kq, extend=Fal
     the new rows changed).  ``threads`` > 1: a new cell's NN-descent runs in rounds on numba's
     threads (:mod:`.rounds`: a large cell that would hold a build up alone)."""
     from .descent import descent, join_new, random_init
-    from .trees import forest_init
+    from .trees import forest_init, split_rows
     X, rows = open_rows(source), bucket_rows(lists)
     add = indexed(directory, settings, rows)
     kb = settings["degree"]
@@ -78,11 +78,12 @@ def build_cell(source, directory, c, lists, settings, batch_size, kq, extend=Fal
                                       np.full((m, wide), np.inf, np.float32),
                                       np.zeros((m, wide), np.uint8), wide, 2 * wide)
         init = forest_init if threads <= 1 else _forest_threads
-        init(Xc, (ids, d2, flags), forest(m, kb, seed))
+        split = split_rows(Xc, [settings["seed"], c, SPLIT_KEY])
+        init(Xc, (ids, d2, flags), forest(m, kb, seed), split=split)
         random_init(Xc, (ids, d2, flags), 0, seed)
         run = descent if threads <= 1 else _rounds
         its = run(Xc, (ids, d2, flags), (mc, 50, 0.001, seed))
-        ids, d2 = _widen(Xc, (ids, d2, flags), settings, rng, run=run, init=init)
+        ids, d2 = _widen(Xc, (ids, d2, flags), settings, rng, run=run, init=init, split=split)
         log.debug("kNN cell %d: %d rows read in %.2f s, NN-descent %d iterations %.2f s", c,
                   m, t1 - t0, its, time.perf_counter() - t1)
     if os.path.exists(cell_path(directory, c)):  # an index of fewer rows: the new ones join it
@@ -154,12 +155,12 @@ def _rounds(X, lists, params):
     return descent_rounds(X, lists, params)
 
 
-def _forest_threads(X, lists, params):
+def _forest_threads(X, lists, params, split=None):
     from .rounds import forest_init_threads
-    return forest_init_threads(X, lists, params)
+    return forest_init_threads(X, lists, params, split)
 
 
-def _widen(Xc, lists, settings, rng, sample=200, run=None, init=None):
+def _widen(Xc, lists, settings, rng, sample=200, run=None, init=None, split=None):
     """The cell's lists, built again longer while a sample of its rows finds fewer than
     :data:`CELL_RECALL` of their exact k nearest in the first k entries and the lists are
     shorter than 4k.  Data of high intrinsic dimension need this: 20 000 rows of 64-wide
@@ -190,7 +191,7 @@ def _widen(Xc, lists, settings, rng, sample=200, run=None, init=None):
         wide[0][:, :ids.shape[1]], wide[1][:, :ids.shape[1]] = ids, d2
         wide[2][:, :ids.shape[1]] = 1  # joined again with the new entries
         seed = int(rng.integers(2 ** 31))
-        (init or forest_init)(Xc, wide, forest(m, w, seed))
+        (init or forest_init)(Xc, wide, forest(m, w, seed), split=split)
         random_init(Xc, wide, 0, seed)
         (run or descent)(Xc, wide, (2 * w, 50, 0.001, seed))
         ids, d2, flags = wide
@@ -205,6 +206,9 @@ def _widen(Xc, lists, settings, rng, sample=200, run=None, init=None):
 #: (twice that before: of 4M embeddings' cells foreseen 0.022-0.040, six of seven then found
 #: 0.915-0.966 with lists of 12 and were built again; digits' cells foresee at most 0.011)
 PROBE_ROWS, PROBE_GROWTH, PROBE_KEY = 5000, 0.45, 0x70726F6265
+#: in the seed of the sample whose principal directions a cell's trees split
+#: (:func:`.trees.split_rows`)
+SPLIT_KEY = 0x73706C6974
 #: rows wider than this are probed; lists grow to at most ``WIDEST · k`` (the memory plan,
 #: ``graph.knn.fit_cells``, counts that width for probed rows)
 PROBE_MIN_WIDTH, WIDEST = 128, 4

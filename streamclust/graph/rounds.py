@@ -207,10 +207,10 @@ def _join_leaves(X, lists, leaves):
             _join_many(X, (ids, d2, flags), order[a], order[a + 1:hi], hi - a - 1)
 
 
-def forest_init_threads(X, lists, params):
+def forest_init_threads(X, lists, params, split=None):
     """:func:`.trees.forest_init` on all of numba's threads, the same lists to the bit: the
     forest's rows and nodes at once (:func:`.forest.rp_forest`), then tree after tree its
     leaves at once."""
-    orders, is_start = rp_forest(X, params, parallel=True)
+    orders, is_start = rp_forest(X if split is None else split, params, parallel=True)
     for t in range(len(orders)):
         _join_leaves(X, lists, (orders[t], np.flatnonzero(is_start[t])))
