@@ -33,9 +33,11 @@ def split_rows(Xc, seed):
     directions (:func:`.walk.bound_basis` of a sample drawn from ``seed``) when those hold at
     least half of the squared distance between near rows and the cell has at least
     :data:`SPLIT_MIN_ROWS`, else ``Xc``.  The planes then cost 64 values a row, not 784, and
-    split along where the rows spread: 100 000 digits 784 wide, ten trees 1.4-1.5 -> 0.5-0.75
-    s (the projection included), the rows' 10 nearest found by the leaves' joins 0.780 ->
-    0.788, after NN-descent 0.9949 -> 0.9956.  Embeddings whose topics spread over many
+    split along where the rows spread, so a cell takes one tree more (:func:`forest`): a
+    150 000-row cell of 1M digits 784 wide (one thread, lists of 12, two seeds), the trees
+    2.2-2.3 -> 0.9 s with the projection, the build 8.2-8.3 -> 6.9 s, recall@10 0.9952 /
+    0.9953 -> 0.9957 / 0.9954 (ten trees on the projection: 6.7-7.0 s, 0.9948 / 0.9955;
+    100 000 digits of the whole set, 0.9949 -> 0.9956).  Embeddings whose topics spread over many
     directions (384 wide: 0.25 of it) split their own rows (there the trees cost little
     beside the joins: 1.0 of 33 s for a 133 000-row topic with lists of 33)."""
     if len(Xc) < SPLIT_MIN_ROWS:
@@ -44,10 +46,13 @@ def split_rows(Xc, seed):
     return np.ascontiguousarray(Xc @ V.T) if tight else Xc
 
 
-def forest(m: int, k: int, seed: int):
+def forest(m: int, k: int, seed: int, projected: bool = False):
     """``(trees, leaf, seed)`` of the trees that start NN-descent on ``m`` rows with lists of
-    ``k``: pynndescent's choice, 2 log10 m trees (3 to 12) of leaves of 5k rows (60 to 256)."""
-    return (max(3, min(12, round(2 * np.log10(max(m, 2))))), max(60, min(256, 5 * k)), seed)
+    ``k``: pynndescent's choice, 2 log10 m trees (3 to 12) of leaves of 5k rows (60 to 256);
+    ``projected`` (trees splitting :func:`split_rows`' projection, where a tree costs little):
+    one tree more."""
+    trees = max(3, min(12, round(2 * np.log10(max(m, 2))))) + bool(projected)
+    return (trees, max(60, min(256, 5 * k)), seed)
 
 
 @njit(cache=True, nogil=True)
