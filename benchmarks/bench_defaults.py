@@ -112,8 +112,9 @@ CASES = [("dgmm", "usps", {}), ("dgmm", "shuttle", {"scale": "minmax"}), ("dgmm"
 SEEDLESS = {"ism", "infex"}
 #: rows whose five-seed median moves by more than TOLERANCE with the seeds drawn run this many
 #: seeds at least (NCutEmb on usps, one build: seeds 0-4 0.776, 5-9 0.808; the graph's seed is
-#: the fit's, and equally good graphs give NMI 0.75-0.81 by seed)
-MORE_SEEDS = {("ncutemb", "usps"): 10}
+#: the fit's, and equally good graphs give NMI 0.75-0.81 by seed; on digits28, one build: seeds
+#: 0-4 0.769, 5-9 0.803, the build before 0.773 / 0.767)
+MORE_SEEDS = {("ncutemb", "usps"): 10, ("ncutemb", "digits28"): 10}
 
 
 def peers(algo, X, y, k, seed, given=None):
