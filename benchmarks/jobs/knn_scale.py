@@ -33,16 +33,6 @@ from _common import (FILE_ROWS, PEER_THREADS, build_note, drop_own, ensure_data,
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # benchmarks/
 
 
-
-
-
-
-
-
-
-
-
-
 def features(work):
     meta = json.load(open(os.path.join(work, "knn", "knn.json")))
     n, d = meta["n_rows"], meta["n_features"]
