@@ -198,19 +198,24 @@ def test_descent_in_rounds_on_several_threads_finds_the_neighbours_as_one_thread
 
 def test_the_forest_on_several_threads_gives_the_lists_of_one():
     """Random-projection trees' leaves joined on all threads (a large cell): the lists of
-    ``trees.forest_init`` to the bit, narrow rows and wide ones (joined through the Gram matrix
-    after the first tree)."""
+    ``trees.forest_init`` to the bit, narrow rows and wide ones, and wide ones whose trees split
+    other rows (``split``, as ``trees.split_rows``' projection): the leaves of those, the
+    distances of the rows themselves."""
     from streamclust.graph import rounds as R
     rng = np.random.default_rng(4)
     Z, _ = make_blobs(n=5000, k=6, d=8, seed=3, spread=1.5)
-    for X in (Z, Z @ rng.normal(size=(8, 200)) + 0.05 * rng.normal(size=(5000, 200))):
+    W = Z @ rng.normal(size=(8, 200)) + 0.05 * rng.normal(size=(5000, 200))
+    P = np.ascontiguousarray(W @ rng.normal(size=(200, 64)), dtype=np.float32)
+    for X, split in ((Z, None), (W, None), (W, P)):
         X = np.ascontiguousarray(X, dtype=np.float32)
         a, b = _lists(len(X), 16), _lists(len(X), 16)
-        T.forest_init(X, a, T.forest(len(X), 16, 9))
-        R.forest_init_threads(X, b, T.forest(len(X), 16, 9))
+        T.forest_init(X, a, T.forest(len(X), 16, 9), split=split)
+        R.forest_init_threads(X, b, T.forest(len(X), 16, 9), split)
         for x, y in zip(a, b):
             np.testing.assert_array_equal(x, y)
         assert (a[0] >= 0).all()
+        true = ((X[:50, None].astype(np.float64) - X[a[0][:50]]) ** 2).sum(2)
+        np.testing.assert_allclose(a[1][:50], true, rtol=1e-4, atol=1e-3)  # of X, not split
 
 
 def test_a_cell_with_leading_directions_chooses_the_starts_of_full_width():

@@ -78,8 +78,8 @@ def build_cell(source, directory, c, lists, settings, batch_size, kq, extend=Fal
                                       np.full((m, wide), np.inf, np.float32),
                                       np.zeros((m, wide), np.uint8), wide, 2 * wide)
         init = forest_init if threads <= 1 else _forest_threads
-        split = split_rows(Xc, [settings["seed"], c, SPLIT_KEY])
-        init(Xc, (ids, d2, flags), forest(m, kb, seed, split is not Xc), split=split)
+        split = split_rows(Xc, [settings["seed"], c, SPLIT_KEY])  # None: the rows themselves
+        init(Xc, (ids, d2, flags), forest(m, kb, seed, split is not None), split=split)
         random_init(Xc, (ids, d2, flags), 0, seed)
         run = descent if threads <= 1 else _rounds
         its = run(Xc, (ids, d2, flags), (mc, 50, 0.001, seed))
@@ -191,8 +191,7 @@ def _widen(Xc, lists, settings, rng, sample=200, run=None, init=None, split=None
         wide[0][:, :ids.shape[1]], wide[1][:, :ids.shape[1]] = ids, d2
         wide[2][:, :ids.shape[1]] = 1  # joined again with the new entries
         seed = int(rng.integers(2 ** 31))
-        (init or forest_init)(Xc, wide, forest(m, w, seed, split is not None and split is not Xc),
-                              split=split)
+        (init or forest_init)(Xc, wide, forest(m, w, seed, split is not None), split=split)
         random_init(Xc, wide, 0, seed)
         (run or descent)(Xc, wide, (2 * w, 50, 0.001, seed))
         ids, d2, flags = wide

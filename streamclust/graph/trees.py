@@ -32,18 +32,18 @@ def split_rows(Xc, seed):
     """The rows a cell's trees split: ``Xc`` in its :data:`.walk.BOUND_DIMS` leading principal
     directions (:func:`.walk.bound_basis` of a sample drawn from ``seed``) when those hold at
     least half of the squared distance between near rows and the cell has at least
-    :data:`SPLIT_MIN_ROWS`, else ``Xc``.  The planes then cost 64 values a row, not 784, and
-    split along where the rows spread, so a cell takes one tree more (:func:`forest`): a
-    150 000-row cell of 1M digits 784 wide (one thread, lists of 12, two seeds), the trees
-    2.2-2.3 -> 0.9 s with the projection, the build 8.2-8.3 -> 6.9 s, recall@10 0.9952 /
-    0.9953 -> 0.9957 / 0.9954 (ten trees on the projection: 6.7-7.0 s, 0.9948 / 0.9955;
-    100 000 digits of the whole set, 0.9949 -> 0.9956).  Embeddings whose topics spread over many
-    directions (384 wide: 0.25 of it) split their own rows (there the trees cost little
-    beside the joins: 1.0 of 33 s for a 133 000-row topic with lists of 33)."""
+    :data:`SPLIT_MIN_ROWS`, else ``None`` (the trees split ``Xc`` itself).  The planes then cost
+    64 values a row, not 784, and split along where the rows spread, so a cell takes one tree
+    more (:func:`forest`): a 150 000-row cell of 1M digits 784 wide (one thread, lists of 12,
+    two seeds), the trees 2.2-2.3 -> 0.9 s with the projection, the build 8.2-8.3 -> 6.9 s,
+    recall@10 0.9952 / 0.9953 -> 0.9957 / 0.9954 (ten trees on the projection: 6.7-7.0 s,
+    0.9948 / 0.9955; 100 000 digits of the whole set, 0.9949 -> 0.9956).  Embeddings whose
+    topics spread over many directions (384 wide: 0.25 of it) split their own rows (there the
+    trees cost little beside the joins: 1.0 of 33 s for a 133 000-row topic with lists of 33)."""
     if len(Xc) < SPLIT_MIN_ROWS:
-        return Xc
+        return None
     V, tight = bound_basis(Xc, seed)
-    return np.ascontiguousarray(Xc @ V.T) if tight else Xc
+    return np.ascontiguousarray(Xc @ V.T) if tight else None
 
 
 def forest(m: int, k: int, seed: int, projected: bool = False):
