@@ -205,7 +205,8 @@ def test_the_forest_on_several_threads_gives_the_lists_of_one():
     rng = np.random.default_rng(4)
     Z, _ = make_blobs(n=5000, k=6, d=8, seed=3, spread=1.5)
     W = Z @ rng.normal(size=(8, 200)) + 0.05 * rng.normal(size=(5000, 200))
-    P = np.ascontiguousarray(W @ rng.normal(size=(200, 64)), dtype=np.float32)
+    basis = np.linalg.qr(rng.normal(size=(200, 64)))[0]  # orthonormal columns
+    P = np.ascontiguousarray(W @ basis, dtype=np.float32)
     for X, split in ((Z, None), (W, None), (W, P)):
         X = np.ascontiguousarray(X, dtype=np.float32)
         a, b = _lists(len(X), 16), _lists(len(X), 16)
@@ -216,6 +217,31 @@ def test_the_forest_on_several_threads_gives_the_lists_of_one():
         assert (a[0] >= 0).all()
         true = ((X[:50, None].astype(np.float64) - X[a[0][:50]]) ** 2).sum(2)
         np.testing.assert_allclose(a[1][:50], true, rtol=1e-4, atol=1e-3)  # of X, not split
+
+
+def test_leaves_joined_past_pairs_their_projection_puts_beyond_both_lists_keep_the_same_lists():
+    """Trees splitting the rows' projection on orthonormal directions (``trees.split_rows``)
+    join each leaf only where the projected distance, a lower bound, leaves a pair a chance
+    (``descent.join_near``): the lists of joining every pair of the same leaves, to the bit,
+    on one thread and on all; rows whose directions hold most of their spread (16 of 200) and
+    rows spread in every direction."""
+    from streamclust.graph import rounds as R
+    rng = np.random.default_rng(8)
+    m = 6000
+    tight = (rng.normal(size=(m, 16)) @ rng.normal(size=(16, 200))
+             + 0.3 * rng.normal(size=(m, 200))).astype(np.float32)
+    loose = rng.normal(size=(m, 200)).astype(np.float32)
+    for X in (tight, loose):
+        V, _ = W.bound_basis(X, [3])
+        S = np.ascontiguousarray(X @ V.T)
+        params = T.forest(m, 12, 5, True)
+        a, b, ref = _lists(m, 12), _lists(m, 12), _lists(m, 12)
+        T.forest_init(X, a, params, split=S)
+        R.forest_init_threads(X, b, params, S)
+        T._join_forest(D.bounded(X, None), ref, *F.rp_forest(S, params))  # every pair
+        for x, y, z in zip(a, b, ref):
+            np.testing.assert_array_equal(x, z)
+            np.testing.assert_array_equal(y, z)
 
 
 def test_a_cell_with_leading_directions_chooses_the_starts_of_full_width():

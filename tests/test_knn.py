@@ -559,7 +559,9 @@ def test_cells_of_many_dimensions_widen_their_lists_to_the_recall_target(tmp_pat
 def test_the_recall_check_takes_the_exact_kth_distance_from_float32_candidates():
     """``_kth_exact`` (the cells' recall check) keeps float32 candidates within their rounding
     bound and decides in float64: equal to float64 brute force over every row, across chunks,
-    with rows far from the origin, near copies and exact ties."""
+    with rows far from the origin, near copies and exact ties; so does it when it measures only
+    the rows whose distance in an orthonormal projection can be within a bound of the k-th (a
+    list's, as float32 holds it, or none)."""
     from streamclust.graph.cellbuild import _kth_exact
     rng = np.random.default_rng(9)
     X = (rng.normal(size=(3000, 150)) + 20.0 * rng.normal(size=(1, 150))).astype(np.float32)
@@ -570,12 +572,21 @@ def test_the_recall_check_takes_the_exact_kth_distance_from_float32_candidates()
         X[g + 2000:g + 2040] = X[g + 2000] + (rng.normal(size=(40, 150)) * np.linspace(
             1e-3, 1e-2, 40)[:, None]).astype(np.float32)
     rows = np.sort(np.concatenate([rng.choice(2000, 100, replace=False), np.arange(2000, 2400, 20)]))
-    Y = X.astype(np.float64)
-    d = ((Y[rows, None, :] - Y[None, :, :]) ** 2).sum(2)
-    d[np.arange(len(rows)), rows] = np.inf
-    for k in (1, 10):
-        np.testing.assert_allclose(_kth_exact(X, rows, k, chunk=700),
-                                   np.sort(d, 1)[:, k - 1], rtol=1e-9, atol=1e-9)
+    V = np.linalg.qr(rng.normal(size=(150, 64)))[0].astype(np.float32)  # orthonormal columns
+    flat = np.ascontiguousarray((X @ V) @ V.T)  # the rows in V's span: it holds every distance
+    for X in (X, flat):
+        Y = X.astype(np.float64)
+        d = ((Y[rows, None, :] - Y[None, :, :]) ** 2).sum(2)
+        d[np.arange(len(rows)), rows] = np.inf
+        P = np.ascontiguousarray(X @ V)
+        for k in (1, 10):
+            exact = np.sort(d, 1)[:, k - 1]
+            np.testing.assert_allclose(_kth_exact(X, rows, k, chunk=700), exact, rtol=1e-9,
+                                       atol=1e-9)
+            ub = exact.astype(np.float32)  # a list's k-th as float32 holds it, or none (inf)
+            ub[::7] = np.inf
+            np.testing.assert_allclose(_kth_exact(X, rows, k, chunk=700, near=(P, ub)), exact,
+                                       rtol=1e-9, atol=1e-9)
 
 
 def test_a_probe_starts_a_wide_cell_of_many_dimensions_with_long_lists(tmp_path, caplog):

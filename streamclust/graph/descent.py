@@ -103,6 +103,42 @@ def _join_many(X, lists, p, qs, n):
     return changed
 
 
+#: a squared distance in an orthonormal projection, times this, is taken as a lower bound of
+#: the true one (float32 rounding of both is far below 1e-3; the walks' ``slack``)
+LOWER = np.float32(0.999)
+
+
+def bounded(X, split):
+    """``(X, P)`` for :func:`join_near`: ``split``, the rows' projection the trees split
+    (:func:`.trees.split_rows`), or m x 0 for none."""
+    return (X, np.zeros((len(X), 0), np.float32) if split is None else split)
+
+
+@njit(cache=True, nogil=True)
+def join_near(rows, lists, p, qs, n, buf):
+    """:func:`_join_many` of row ``p`` with those of ``qs[:n]`` (copied into ``buf``) whose
+    squared distance to it in ``rows = (X, P)``'s projection ``P`` (the rows in orthonormal
+    directions, m x 0 for none), a lower bound of the true one, does not already put them
+    beyond both lists: the same lists (later joins only shorten the lists), the full rows of
+    most pairs unread.  The leaves of a 150 000-row cell of 1M digits 784 wide (eleven trees,
+    lists of 12): 0.21 of their pairs read, 3.0 -> 2.5 s.  (In NN-descent's joins 0.26 of the
+    pairs were left, but its time stayed 3.8 s: not used there.)"""
+    X, P = rows
+    if P.shape[1] == 0:
+        return _join_many(X, lists, p, qs, n)
+    d2 = lists[1]
+    k = d2.shape[1]
+    f = 0
+    for s in range(0, n, 4):
+        q, d, real = four_from(P, p, qs, s, n)
+        for u in range(real):
+            lb = d[u] * LOWER
+            if lb < d2[p, k - 1] or lb < d2[q[u], k - 1]:
+                buf[f] = q[u]
+                f += 1
+    return _join_many(X, lists, p, buf, f)
+
+
 @njit(cache=True, nogil=True)
 def _push(ids, d2, flags, r, c, d):
     """``c`` at squared distance ``d`` into row ``r``'s ascending list, flagged new; returns 1

@@ -17,7 +17,7 @@ import numba as nb
 import numpy as np
 
 from ..base.rng import rng_init, rng_uniform
-from .descent import _join_many, _push, _sample, four_from, partners
+from .descent import bounded, join_near, _push, _sample, four_from, partners
 from .forest import rp_forest
 
 #: proposals a round holds at most (12 bytes each: 48 MB), its rows as many as fit
@@ -196,15 +196,18 @@ def proposals(mc: int):
 
 
 @nb.njit(cache=True, parallel=True)
-def _join_leaves(X, lists, leaves):
+def _join_leaves(rows, lists, leaves):
     """Every pair of rows sharing a leaf of one tree compared, the leaves on all threads (a
-    row is in one leaf of a tree: no two threads touch one list)."""
+    row is in one leaf of a tree: no two threads touch one list); ``rows = (X, P)``:
+    :func:`.descent.join_near`."""
     order, starts = leaves[0], leaves[1]
     ids, d2, flags = lists[0], lists[1], lists[2]  # (not ``= lists``: see _propose)
+    X, P = rows[0], rows[1]
     for i in nb.prange(starts.shape[0] - 1):
         lo, hi = starts[i], starts[i + 1]
+        buf = np.empty(hi - lo, np.int64)
         for a in range(lo, hi):
-            _join_many(X, (ids, d2, flags), order[a], order[a + 1:hi], hi - a - 1)
+            join_near((X, P), (ids, d2, flags), order[a], order[a + 1:hi], hi - a - 1, buf)
 
 
 def forest_init_threads(X, lists, params, split=None):
@@ -213,4 +216,4 @@ def forest_init_threads(X, lists, params, split=None):
     leaves at once."""
     orders, is_start = rp_forest(X if split is None else split, params, parallel=True)
     for t in range(len(orders)):
-        _join_leaves(X, lists, (orders[t], np.flatnonzero(is_start[t])))
+        _join_leaves(bounded(X, split), lists, (orders[t], np.flatnonzero(is_start[t])))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .descent import _join_many
+from .descent import bounded, join_near
 from .forest import rp_forest, split_range
 from .lists import keep_smallest
 from .walk import _d2q, bound_basis
@@ -80,7 +80,8 @@ def forest_init(X, lists, params, levels: bool = True, split=None):
     ``split``: the rows the trees split (:func:`split_rows`; default ``X``)."""
     S = X if split is None else split
     orders, is_start = rp_forest(S, params) if levels else _trees_one_by_one(S, params)
-    _join_forest(X, lists, orders, is_start)
+    _join_forest(bounded(X, split), lists, orders, is_start)
+
 
 
 def _trees_one_by_one(X, params):
@@ -98,14 +99,16 @@ def _trees_one_by_one(X, params):
 
 
 @njit(cache=True, nogil=True)
-def _join_forest(X, lists, orders, is_start):
-    """Every pair of rows sharing a leaf of a tree compared, tree after tree."""
+def _join_forest(rows, lists, orders, is_start):
+    """Every pair of rows sharing a leaf of a tree compared, tree after tree (``rows = (X,
+    P)``: :func:`.descent.join_near`)."""
+    buf = np.empty(orders.shape[1], np.int64)
     for t in range(orders.shape[0]):
         order, starts = orders[t], np.flatnonzero(is_start[t])
         for i in range(starts.shape[0] - 1):
             lo, hi = starts[i], starts[i + 1]
             for a in range(lo, hi):
-                _join_many(X, lists, order[a], order[a + 1:hi], hi - a - 1)
+                join_near(rows, lists, order[a], order[a + 1:hi], hi - a - 1, buf)
 
 
 def tree_starts(X, first, params):
