@@ -277,6 +277,30 @@ def test_a_cell_with_leading_directions_chooses_the_starts_of_full_width():
     assert _recall(ids, exact) >= _recall(full[0], exact) - 0.01 > 0.9
 
 
+def test_a_large_cell_with_leading_directions_starts_searches_among_more_boundary_rows():
+    """A cell with leading directions and more than ``ENTRY_SHARE`` x ``entries`` rows starts
+    the searches from another cell among one row in ``ENTRY_SHARE``: the rows nearest the
+    halfway hyperplane between the two centres (float64 brute force); a cell without them
+    keeps ``entries``."""
+    rng = np.random.default_rng(6)
+    m = W.ENTRY_SHARE * 1024 + 3000
+    X = (rng.normal(size=(m, 16)) @ rng.normal(size=(16, 200))).astype(np.float32)
+    lists = np.ascontiguousarray(rng.integers(0, m, size=(m, 4)), dtype=np.int32)
+    centres = np.stack([X[:m // 2].mean(0), X[m // 2:].mean(0)]).astype(np.float64)
+    search = W.CellSearch(X, (np.arange(m), lists, None), dict(entries=1024, ef=24, seed=0), 1,
+                          centres)
+    pick = search.entries(0)[0]
+    assert search.basis is not None and len(pick) == m // W.ENTRY_SHARE > 1024
+    c0, c1 = centres
+    h = X.astype(np.float64) @ (2.0 * (c1 - c0)) + (c0 @ c0 - c1 @ c1)  # signed, times 2|c1-c0|
+    want = np.sort(np.argsort(h, kind="stable")[:len(pick)])
+    assert len(np.intersect1d(pick, want)) >= 0.999 * len(pick)
+    noise = rng.normal(size=(m, 200)).astype(np.float32)
+    plain = W.CellSearch(noise, (np.arange(m), lists, None), dict(entries=1024, ef=24, seed=0), 1,
+                         centres)
+    assert plain.basis is None and len(plain.entries(0)[0]) == 1024
+
+
 @pytest.mark.parametrize("d", [3, 17, 50, 103, 384, 784])
 def test_four_distances_at_once_are_each_pairs_own(d):
     """``d2_four``: each lane is the squared distance of its two rows (float64 brute force,

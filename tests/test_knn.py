@@ -614,6 +614,32 @@ def test_a_probe_starts_a_wide_cell_of_many_dimensions_with_long_lists(tmp_path,
     assert _recall(g.ids[sample], np.argsort(d, 1)[:, :10]) >= 0.975
 
 
+def test_a_cell_whose_trees_split_its_projection_starts_short_unless_its_probe_misses(tmp_path,
+                                                                                       caplog):
+    """20 000 rows, 130 wide, spread over 14 directions (the trees split their projection): the
+    probe itself misses under 1 - CELL_RECALL with lists of 12, though its growth would foresee
+    more, so the cell starts with 12; the sample check then finds it short and builds it again
+    wider, and the graph holds brute force's neighbours."""
+    import logging
+    from streamclust.graph import cellbuild
+    rng = np.random.default_rng(5)
+    basis = np.linalg.qr(rng.normal(size=(130, 14)))[0].T
+    X = (rng.normal(size=(20_000, 14)) @ basis).astype(np.float32)
+    settings = {"degree": 12, "k": 10, "max_candidates": 24}
+    key = [0, 0, cellbuild.PROBE_KEY]
+    assert cellbuild._start_width(X, settings, key) > 12  # foreseen from the probe
+    assert cellbuild._start_width(X, settings, key, split=True) == 12  # the probe's own miss
+    with caplog.at_level(logging.DEBUG, logger="streamclust"):
+        g = streamclust.knn_graph(X, 10, work_dir=str(tmp_path / "g"), threads=1)
+    assert "lists of 12; " in caplog.text and "next" in caplog.text  # built again, wider
+    assert np.load(tmp_path / "g" / "knn" / "cell_00000.ids.npy").shape[1] > 12
+    sample = np.arange(0, 20_000, 67)
+    Y = X.astype(np.float64)
+    d = (Y[sample] ** 2).sum(1)[:, None] - 2 * Y[sample] @ Y.T + (Y ** 2).sum(1)[None]
+    d[np.arange(len(sample)), sample] = np.inf
+    assert _recall(g.ids[sample], np.argsort(d, 1)[:, :10]) >= 0.975
+
+
 def test_cells_that_cut_one_cloud_are_merged_and_built_alone(tmp_path):
     """A cloud of 1 500 rows in 40 dimensions beside three small blobs of 3: k-means puts several
     centres in the cloud, whose rows then find their nearest sampled rows across the cuts, so

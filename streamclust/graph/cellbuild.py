@@ -71,14 +71,14 @@ def build_cell(source, directory, c, lists, settings, batch_size, kq, extend=Fal
         log.debug("kNN cell %d: %d + %d rows read in %.2f s, placed and joined in %.2f s", c,
                   mo, m - mo, t1 - t0, time.perf_counter() - t1)
     elif m > 1 and not mo:
-        wide = _start_width(Xc, settings, [settings["seed"], c, PROBE_KEY])
+        split = split_rows(Xc, [settings["seed"], c, SPLIT_KEY])  # None: the rows themselves
+        wide = _start_width(Xc, settings, [settings["seed"], c, PROBE_KEY], split is not None)
         mc = settings["max_candidates"]
         if wide > kb:  # a probe says lists of kb would fall short: built wide at once
             ids, d2, flags, kb, mc = (np.full((m, wide), -1, np.int32),
                                       np.full((m, wide), np.inf, np.float32),
                                       np.zeros((m, wide), np.uint8), wide, 2 * wide)
         init = forest_init if threads <= 1 else _forest_threads
-        split = split_rows(Xc, [settings["seed"], c, SPLIT_KEY])  # None: the rows themselves
         init(Xc, (ids, d2, flags), forest(m, kb, seed, split is not None), split=split)
         random_init(Xc, (ids, d2, flags), 0, seed)
         run = descent if threads <= 1 else _rounds
@@ -216,9 +216,17 @@ SPLIT_KEY = 0x73706C6974
 PROBE_MIN_WIDTH, WIDEST = 128, 4
 
 
-def _start_width(Xc, settings, key, sample=200):
+def _start_width(Xc, settings, key, split=False, sample=200):
     """The list length a cell's build starts with: ``degree``, or longer where a probe (see
-    :data:`PROBE_ROWS`) foresees lists of ``degree`` missing more than 1 - CELL_RECALL."""
+    :data:`PROBE_ROWS`) foresees lists of ``degree`` missing more than 1 - CELL_RECALL.  A cell
+    whose trees split its projection (``split``: :func:`.trees.split_rows`) starts wide only
+    when the probe itself misses that much (then as wide as foreseen): such trees start its
+    build far better than the probe's, and the miss of the digits' cells does not grow with
+    their rows.  1M digits 784 wide: three of ten cells (71 593-111 127 rows) whose probes
+    missed 0.007-0.008 were foreseen 0.023-0.030 and built with lists of 20-21 (NN-descent
+    8.1-12.8 s), where lists of 12 miss 0.0024-0.0047 (1 000 rows; 0.0064 / 0.0042 / 0.0047 at
+    5 000 rows, so no growth); Gaussian rows of 12 directions in 130 do grow (0.014 at 20 000
+    rows, 0.028 at 100 000, split trees): those are built with 12 and again (:func:`_widen`)."""
     from .descent import descent, random_init
     from .trees import forest_init
     m, kb, k = len(Xc), settings["degree"], settings["k"]
@@ -236,7 +244,7 @@ def _start_width(Xc, settings, key, sample=200):
     kth = _kth_exact(P, rows, k)
     found = _hits(lists[1][rows, :k], kth) / (len(rows) * k)
     miss = (1.0 - found) * (m / PROBE_ROWS) ** PROBE_GROWTH
-    wide = kb if miss <= 1.0 - CELL_RECALL else _wider(kb, k, miss)
+    wide = kb if (1.0 - found if split else miss) <= 1.0 - CELL_RECALL else _wider(kb, k, miss)
     log.debug("kNN cell of %d rows: a probe of %d misses %.3f with lists of %d, the cell %.3f "
               "foreseen: lists of %d", m, PROBE_ROWS, 1.0 - found, kb, miss, wide)
     return wide

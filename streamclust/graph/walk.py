@@ -48,6 +48,17 @@ def bound_basis(Xc, seed, sample: int = 1024):
     return np.ascontiguousarray(V, dtype=np.float32), tight
 
 
+#: a cell with leading directions (:func:`bound_basis`) starts its searches among at least one
+#: row in this many (the ``entries`` option is the least), their distances taken in 64
+#: directions.  A cell's boundary grows with its rows, and 1 024 entries left a walk from the
+#: nearest of them in the wrong part of a large cell: on the 1M digits 784 wide (cells of
+#: 70 881-150 452 rows), 52 of the 75 neighbours the graph missed among 1 000 sampled rows'
+#: 10 lay in a cell the row was searched in (every one planned, none past ``max_probes``);
+#: with 2 048 entries 15 (recall@10 0.9925 -> 0.9962, the searches 23.6 -> 25.9 s), 4 096
+#: 0.9970 in 30.1 s
+ENTRY_SHARE = 64
+
+
 class CellSearch:
     """Searches in one cell's graph: a best-first walk (:func:`.descent.beam_search`) from the
     nearest of ``entries`` rows of the cell.  A query from another cell starts among the rows
@@ -74,7 +85,9 @@ class CellSearch:
         from 150 others would otherwise hold 150 × 200 KB of entry vectors); the vectors are
         gathered again per batch."""
         if a not in self._entries:
-            m, e = len(self.rows), min(len(self.rows), self.n_entries)
+            m = len(self.rows)
+            e = self.n_entries if self.basis is None else max(self.n_entries, m // ENTRY_SHARE)
+            e = min(m, e)
             if self.centres is None or a == self.c or e == m:
                 rng = np.random.default_rng([self.seed, self.c, 0x656e74])
                 pick = np.sort(rng.choice(m, e, replace=False))
