@@ -5,7 +5,8 @@ pynndescent (``n_jobs=2``: ``BENCH_PEER_THREADS``) at the first size, in the sam
 appending 10 % more rows (a file added to the first size's directory) to its graph against a full
 build of all of them.
 pynndescent's note also gives its build alone, timed in its process after a build of 5 000 rows
-(its numba kernels compile in every process).
+(its numba kernels compile in every process), and its reading of the Parquet files: the peers
+read the same files as streamclust, into one array.
 
 Recall@k: the share of found neighbours at most as far as the k-th exact neighbour (ties count),
 over ``--sample`` rows whose exact neighbours are found by brute force over all rows.  Memory:
@@ -28,7 +29,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # _common, jobs
 from _common import (FILE_ROWS, PEER_THREADS, build_note, drop_own, ensure_data,  # noqa: E402
-                     exact_sample, pynndescent_ids, recall, run, size_dir, table)
+                     exact_sample, parquet_rows, pynndescent_ids, recall, run, size_dir,
+                     table)
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # benchmarks/
 
@@ -44,9 +46,11 @@ def graph_cmd(data, work, k, extra=()):
             "--out", work, *extra]
 
 
-def peer(name, features_path, n, d, k, out):
-    """Run in a child process: one peer's graph of the rows, ids saved to ``out``."""
-    X = np.array(np.memmap(features_path, dtype=np.float32, mode="r", shape=(n, d)))
+def peer(name, data, n, d, k, out):
+    """Run in a child process: one peer's graph of the rows, ids saved to ``out``; the rows
+    read from the same Parquet files as streamclust's (until 12-07 from the float32 cache
+    streamclust had written: the peer did not pay for decoding them)."""
+    X, read = parquet_rows(data, n, d)
     if name == "hnswlib":
         import hnswlib
         index = hnswlib.Index(space="l2", dim=d)
@@ -55,7 +59,8 @@ def peer(name, features_path, n, d, k, out):
         index.set_ef(max(24, 2 * k + 2))
         ids, _ = index.knn_query(X, k=k + 1, num_threads=PEER_THREADS)
     else:
-        ids = pynndescent_ids(X, out, n_neighbors=k + 1, n_jobs=PEER_THREADS, random_state=0)
+        ids = pynndescent_ids(X, out, read, n_neighbors=k + 1, n_jobs=PEER_THREADS,
+                              random_state=0)
     np.save(out, drop_own(ids, k))
 
 
@@ -101,7 +106,7 @@ def main():
         for name in [p for p in a.peers.split(",") if p]:
             out = os.path.join(root, f"{name}.npy")
             sec, mib = run([sys.executable, __file__, "--data", a.data, "--peer", name,
-                            os.path.join(work, "features.f32"), str(n), str(X.shape[1]), str(a.k), out])
+                            data, str(n), str(X.shape[1]), str(a.k), out])
             ids = np.load(out, mmap_mode="r")
             rows.append([name, n, f"{sec:.1f}", f"{recall(X, sample, ids[sample], exact_d):.4f}",
                          f"{mib:.0f}", f"streamclust / {name}: {sec0 / sec:.2f}× the time"
