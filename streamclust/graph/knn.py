@@ -254,7 +254,8 @@ def build_graph(cache: FeatureCache, n_neighbors: int, directory: str, *, batch_
     most, nearest boundaries first; 0: every cell the test keeps), ``degree`` (0:
     max(12, ⌈1.2 k⌉), a row's list while its cell is built), ``max_candidates`` (0: 2 ·
     degree, NN-descent's sample per row), ``entries`` (1 024: rows a search in a cell starts
-    near; a cell with leading directions takes at least one row in ``walk.ENTRY_SHARE``), ``ef`` (0: max(24, 2k + 2), the results a search keeps), ``M`` (16) and
+    near; a cell with leading directions takes at least one row in ``walk.ENTRY_SHARE``),
+    ``ef`` (0: max(24, 2k + 2), the results a search keeps), ``M`` (16) and
     ``ef_construction`` (100) of the hnswlib index for queries, ``seed``, ``threads``, ``reference_rows`` (0: a row's neighbours are
     the nearest of all rows; m < N: of a uniform sample of m rows, fixed by the seed, so that
     the graph's reach does not shrink as the data grow; rows appended later are searched among

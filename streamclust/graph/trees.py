@@ -77,11 +77,12 @@ def forest_init(X, lists, params, levels: bool = True, split=None):
     took longer since the four-lane kernel: 100 000 digits 784 wide with lists of 12, 4.1-4.7
     against 3.1 s; a 133 000-row cloud of 384-wide embeddings with lists of 12 / 33, 3.5 / 5.7
     against 2.7 / 5.6 s.)  ``levels=False``: the trees built one by one (a probe's).
-    ``split``: the rows the trees split (:func:`split_rows`; default ``X``)."""
+    ``split``: the rows the trees split (:func:`split_rows`; default ``X``), in orthonormal
+    directions: their distances, never more than the rows' own, spare a leaf's pairs they put
+    beyond both lists (:func:`.descent.join_near`)."""
     S = X if split is None else split
     orders, is_start = rp_forest(S, params) if levels else _trees_one_by_one(S, params)
     _join_forest(bounded(X, split), lists, orders, is_start)
-
 
 
 def _trees_one_by_one(X, params):
