@@ -121,49 +121,65 @@ def test_appending_files_extends_the_graph(tmp_path, files, min_recall_old):
 
 
 def test_the_rows_hash_is_that_of_its_pieces_whatever_the_threads(tmp_path, monkeypatch):
-    """The hash of rows [0, n) is blake2b over the digests of pieces of HASH_ROWS rows, hashed in
-    parallel: the same on 1 and 2 threads, the pair (stop, more) equals two single calls, a
-    changed value anywhere or another row count changes it; a graph whose knn.json holds the
-    plain blake2b of a build before it is still appended to."""
+    """The hash of rows [0, n) hashes pieces of HASH_ROWS rows in parallel: the same on 1 and 2
+    threads, the pair (stop, more) equals two single calls, one flipped bit anywhere (values,
+    the last bytes of a piece) or another row count changes it; the hashes of graphs written
+    before (blake2b of each piece, ``b2p:``; one plain blake2b) are recomputed as they were
+    written, so such a graph is still appended to, and one whose rows changed is built again."""
     import hashlib
     import json
     from streamclust.base.threads import use_threads
-    from streamclust.graph import knn
-    monkeypatch.setattr(knn, "HASH_ROWS", 7)
+    from streamclust.graph import rowhash
+    monkeypatch.setattr(rowhash, "HASH_ROWS", 7)
     X = np.random.default_rng(0).normal(size=(40, 3)).astype(np.float32)
     with use_threads(1):
-        one = knn.rows_hash(X, 40)
+        one = rowhash.rows_hash(X, 40)
     with use_threads(2):
-        assert knn.rows_hash(X, 40) == one
-        assert knn.rows_hash(X, 17, more=40) == (knn.rows_hash(X, 17), one)
-    digests = b"".join(hashlib.blake2b(X[lo:lo + 7].tobytes(), digest_size=16).digest()
-                       for lo in range(0, 40, 7))
-    h = hashlib.blake2b(np.int64(40).tobytes() + digests, digest_size=16, person=b"streamclust-rows")
-    assert one == knn.HASH_KIND + h.hexdigest()
-    assert knn.rows_hash(X, 39) != one
+        assert rowhash.rows_hash(X, 40) == one
+        assert rowhash.rows_hash(X, 17, more=40) == (rowhash.rows_hash(X, 17), one)
+    assert one.startswith(rowhash.HASH_KIND) and rowhash.rows_hash(X, 39) != one
     for i in (0, 20, 39):
-        Y = X.copy()
-        Y[i, 1] += 1e-3
-        assert knn.rows_hash(Y, 40) != one
-    assert knn.legacy_rows_hash(X, 40) == hashlib.blake2b(X.tobytes(), digest_size=16).hexdigest()
+        for bit in (0, 13, 31):
+            Y = X.copy()
+            Y.view(np.uint32)[i, 1] ^= np.uint32(1 << bit)
+            assert rowhash.rows_hash(Y, 40) != one
+    raw = np.random.default_rng(1).integers(0, 256, 203, dtype=np.uint8)  # not whole words
+    digests = {rowhash.piece_digest(raw[:n]) for n in range(150, 204)}
+    for pos in range(0, 203, 5):
+        flipped = raw.copy()
+        flipped[pos] ^= 0x80
+        digests.add(rowhash.piece_digest(flipped))
+    assert len(digests) == 54 + 41
+    pieces = b"".join(hashlib.blake2b(X[lo:lo + 7].tobytes(), digest_size=16).digest()
+                      for lo in range(0, 40, 7))
+    h = hashlib.blake2b(np.int64(40).tobytes() + pieces, digest_size=16, person=b"streamclust-rows")
+    assert rowhash.rows_hash_b2p(X, 40) == "b2p:" + h.hexdigest()  # as 12-07's graphs hold it
+    plain = hashlib.blake2b(X.tobytes(), digest_size=16).hexdigest()
+    assert rowhash.legacy_rows_hash(X, 40) == plain
     monkeypatch.undo()
-    # a graph written with the plain hash: its rows are recognised and the new ones appended
+    # graphs written with the older hashes: their rows are recognised and the new ones appended
     X, _ = make_blobs(n=1200, k=4, d=5, seed=3)
     data = write_parquet_dir(str(tmp_path / "d"), X.astype(np.float32), files=4)
     later = sorted(os.listdir(data))[-1]
     os.rename(os.path.join(data, later), str(tmp_path / "later.parquet"))
-    work = str(tmp_path / "w")
-    opts = dict(work_dir=work, features="embedding", cell_rows=300, threads=2)
-    g = streamclust.knn_graph(data, 5, **opts)
-    meta_path = os.path.join(work, "knn", "knn.json")
-    meta = json.load(open(meta_path))
-    assert meta["rows_hash"].startswith(knn.HASH_KIND)
-    meta["rows_hash"] = knn.legacy_rows_hash(X.astype(np.float32), len(g.ids))
-    json.dump(meta, open(meta_path, "w"))
-    os.rename(str(tmp_path / "later.parquet"), os.path.join(data, later))
-    g2 = streamclust.knn_graph(data, 5, **opts)
-    assert g2.status == "appended" and len(g2.ids) == 1200
-    assert json.load(open(meta_path))["rows_hash"] == knn.rows_hash(X.astype(np.float32), 1200)
+    old = X[:900].astype(np.float32)
+    for kind, written in (("plain", rowhash.legacy_rows_hash(old, 900)),
+                          ("b2p", rowhash.rows_hash_b2p(old, 900)),
+                          ("changed", rowhash.rows_hash_b2p(old + 1, 900))):
+        work = str(tmp_path / kind)
+        opts = dict(work_dir=work, features="embedding", cell_rows=300, threads=2)
+        g = streamclust.knn_graph(data, 5, **opts)
+        meta_path = os.path.join(work, "knn", "knn.json")
+        meta = json.load(open(meta_path))
+        assert len(g.ids) == 900 and meta["rows_hash"].startswith(rowhash.HASH_KIND)
+        meta["rows_hash"] = written
+        json.dump(meta, open(meta_path, "w"))
+        os.rename(str(tmp_path / "later.parquet"), os.path.join(data, later))
+        g2 = streamclust.knn_graph(data, 5, **opts)
+        assert g2.status == ("built" if kind == "changed" else "appended")
+        assert len(g2.ids) == 1200
+        os.rename(os.path.join(data, later), str(tmp_path / "later.parquet"))
+    assert json.load(open(meta_path))["rows_hash"] == rowhash.rows_hash(X.astype(np.float32), 1200)
 
 
 @pytest.mark.parametrize("degree,ef,expect", [(0, 0, 24), (30, 0, 60), (30, 80, 80)])

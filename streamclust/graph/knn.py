@@ -21,7 +21,6 @@ of threads only through the rule above; local and distributed builds give the sa
 """
 from __future__ import annotations
 
-import hashlib
 import math
 import json
 import os
@@ -40,6 +39,7 @@ from .index import KNNIndex
 from .result import GRAPH_DIR, KNNGraph
 from .files import cell_path, remove_scratch
 from .hnsw import hnsw_cell
+from .rowhash import rows_hash, same_rows
 
 KNN_DIR = GRAPH_DIR
 META = "knn.json"
@@ -53,49 +53,6 @@ _LAYOUT = "cells-2"  # graphs of earlier layouts (hnswlib-built cells, shards) a
 def query_ef(ef: int, k: int) -> int:
     """hnswlib needs ef >= the k it is asked for (k + 1: the row itself comes back)."""
     return max(ef or 24, 2 * k + 2)
-
-
-#: rows hashed as one piece by :func:`rows_hash` (fixed: the hash does not depend on threads)
-HASH_ROWS = 65536
-#: the prefix of :func:`rows_hash`'s hashes (a graph written before it holds a plain blake2b)
-HASH_KIND = "b2p:"
-
-
-def _digests(X, ranges) -> dict:
-    """blake2b of the rows of each ``(lo, hi)`` of ``ranges``, on the run's threads (hashlib
-    releases the GIL while it hashes; :func:`.cells.in_order`)."""
-    from .cells import in_order
-
-    def one(r):
-        return r, hashlib.blake2b(np.ascontiguousarray(X[r[0]:r[1]]).data, digest_size=16).digest()
-    return dict(in_order(one, ranges))
-
-
-def rows_hash(X, stop: int, more: int = 0):
-    """A hash of the rows ``[0, stop)``: blake2b of the blake2b digests of their pieces of
-    ``HASH_ROWS`` rows, hashed in parallel (one blake2b over 1M × 384 rows was 1.4 s of one
-    core at the end of every build); with ``more`` > stop also that of ``[0, more)``, from the
-    same pieces (a pair)."""
-    pieces = set()
-    for end in {stop, max(more, stop)}:
-        pieces |= {(lo, min(lo + HASH_ROWS, end)) for lo in range(0, end, HASH_ROWS)}
-    got = _digests(X, sorted(pieces))
-
-    def whole(end):
-        h = hashlib.blake2b(digest_size=16, person=b"streamclust-rows")
-        h.update(np.int64(end).tobytes())
-        for lo in range(0, end, HASH_ROWS):
-            h.update(got[(lo, min(lo + HASH_ROWS, end))])
-        return HASH_KIND + h.hexdigest()
-    return whole(stop) if more <= stop else (whole(stop), whole(more))
-
-
-def legacy_rows_hash(X, stop: int, batch_size: int = 65536) -> str:
-    """The rows hash of a graph written before :data:`HASH_KIND`: one blake2b of the rows."""
-    h = hashlib.blake2b(digest_size=16)
-    for s in range(0, stop, batch_size):
-        h.update(np.ascontiguousarray(X[s:min(stop, s + batch_size)]).data)
-    return h.hexdigest()
 
 
 def _read_meta(path):
@@ -280,9 +237,7 @@ def _build(cache, directory, settings, executor, batch_size, progress):
             return KNNGraph.load(directory)
         if 0 < old.get("n_rows", 0) < n:  # the old rows unchanged: appended to
             head, new_hash = rows_hash(cache.X, old["n_rows"], more=n)
-            if not str(old.get("rows_hash")).startswith(HASH_KIND):  # written before it
-                head = legacy_rows_hash(cache.X, old["n_rows"])
-            if old.get("rows_hash") != head:
+            if not same_rows(cache.X, old["n_rows"], old.get("rows_hash"), head):
                 old = None
         else:
             old = None
