@@ -347,19 +347,24 @@ def nearest_entries(E, E_sq, Q, s):
     out = np.empty((len(Q), s), np.int32)
     step = max(1, (4 << 20) // max(1, len(E)))  # a few MB of distances at a time
     for a in range(0, len(Q), step):
-        D = E_sq[None, :] - 2.0 * (Q[a:a + step] @ E.T)
-        _smallest(D, out[a:a + step])
+        _smallest(Q[a:a + step] @ E.T, np.asarray(E_sq, np.float32), out[a:a + step])
     return out
 
 
 @njit(cache=True, nogil=True)
-def _smallest(D, out):
-    q, n = D.shape
+def _smallest(G, E_sq, out):
+    """Per row of the products ``G`` (queries x entries), the ``out.shape[1]`` entries of
+    least ``E_sq - 2 G`` (the squared distance less the query's own norm), float32 as numpy
+    takes it (the same starts as ``E_sq[None, :] - 2.0 * G`` then a scan, which took two
+    passes and a temporary more: 20 000 queries x 2 350 entries in 64 directions, one thread,
+    0.25 -> 0.115 s)."""
+    q, n = G.shape
     s = out.shape[1]
-    best = np.empty(s, D.dtype)
+    best = np.empty(s, np.float32)
+    two = np.float32(2.0)
     for i in range(q):
         f = 0
         for j in range(n):
-            f = keep_smallest(best, out[i], f, D[i, j], j)
+            f = keep_smallest(best, out[i], f, E_sq[j] - two * G[i, j], j)
         for t in range(f, s):
             out[i, t] = out[i, 0]
