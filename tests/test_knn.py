@@ -22,6 +22,15 @@ def _exact(X, k):
     return ids, np.sqrt(np.maximum(np.take_along_axis(D, ids, 1), 0))
 
 
+def _exact_of(X, rows, k):
+    """The exact k nearest other rows of ``rows`` by float64 brute force over ``X`` (the whole
+    matrix of a large ``X`` would not fit)."""
+    Y = X.astype(np.float64)
+    d = (Y[rows] ** 2).sum(1)[:, None] - 2 * Y[rows] @ Y.T + (Y ** 2).sum(1)[None]
+    d[np.arange(len(rows)), rows] = np.inf
+    return np.argsort(d, 1)[:, :k]
+
+
 def _recall(ids, exact):
     return np.mean([len(set(a) & set(b)) / len(b) for a, b in zip(ids, exact)])
 
@@ -624,10 +633,7 @@ def test_a_probe_starts_a_wide_cell_of_many_dimensions_with_long_lists(tmp_path,
     assert "a probe of 5000" in caplog.text and "next" not in caplog.text
     assert np.load(tmp_path / "g" / "knn" / "cell_00000.ids.npy").shape[1] > 12
     sample = np.arange(0, 20_000, 67)
-    Y = X.astype(np.float64)
-    d = (Y[sample] ** 2).sum(1)[:, None] - 2 * Y[sample] @ Y.T + (Y ** 2).sum(1)[None]
-    d[np.arange(len(sample)), sample] = np.inf
-    assert _recall(g.ids[sample], np.argsort(d, 1)[:, :10]) >= 0.975
+    assert _recall(g.ids[sample], _exact_of(X, sample, 10)) >= 0.975
 
 
 def test_a_cell_whose_trees_split_its_projection_starts_short_unless_its_probe_misses(tmp_path,
@@ -644,16 +650,13 @@ def test_a_cell_whose_trees_split_its_projection_starts_short_unless_its_probe_m
     settings = {"degree": 12, "k": 10, "max_candidates": 24}
     key = [0, 0, cellbuild.PROBE_KEY]
     assert cellbuild._start_width(X, settings, key) > 12  # foreseen from the probe
-    assert cellbuild._start_width(X, settings, key, split=True) == 12  # the probe's own miss
+    assert cellbuild._start_width(X, settings, key, projected=True) == 12  # the probe's own miss
     with caplog.at_level(logging.DEBUG, logger="streamclust"):
         g = streamclust.knn_graph(X, 10, work_dir=str(tmp_path / "g"), threads=1)
     assert "lists of 12; " in caplog.text and "next" in caplog.text  # built again, wider
     assert np.load(tmp_path / "g" / "knn" / "cell_00000.ids.npy").shape[1] > 12
     sample = np.arange(0, 20_000, 67)
-    Y = X.astype(np.float64)
-    d = (Y[sample] ** 2).sum(1)[:, None] - 2 * Y[sample] @ Y.T + (Y ** 2).sum(1)[None]
-    d[np.arange(len(sample)), sample] = np.inf
-    assert _recall(g.ids[sample], np.argsort(d, 1)[:, :10]) >= 0.975
+    assert _recall(g.ids[sample], _exact_of(X, sample, 10)) >= 0.975
 
 
 def test_cells_that_cut_one_cloud_are_merged_and_built_alone(tmp_path):

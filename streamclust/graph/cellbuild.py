@@ -216,13 +216,13 @@ SPLIT_KEY = 0x73706C6974
 PROBE_MIN_WIDTH, WIDEST = 128, 4
 
 
-def _start_width(Xc, settings, key, split=False, sample=200):
+def _start_width(Xc, settings, key, projected=False, sample=200):
     """The list length a cell's build starts with: ``degree``, or longer where a probe (see
     :data:`PROBE_ROWS`) foresees lists of ``degree`` missing more than 1 - CELL_RECALL.  A cell
-    whose trees split its projection (``split``: :func:`.trees.split_rows`) starts wide only
-    when the probe itself misses that much (then as wide as foreseen): such trees start its
-    build far better than the probe's, and the miss of the digits' cells does not grow with
-    their rows.  1M digits 784 wide: three of ten cells (71 593-111 127 rows) whose probes
+    whose trees split its projection (``projected``: :func:`.trees.split_rows` gave one) starts
+    wide only when the probe itself misses that much (then as wide as foreseen): such trees
+    start its build far better than the probe's, and the miss of the digits' cells does not
+    grow with their rows.  1M digits 784 wide: three of ten cells (71 593-111 127 rows) whose probes
     missed 0.007-0.008 were foreseen 0.023-0.030 and built with lists of 20-21 (NN-descent
     8.1-12.8 s), where lists of 12 miss 0.0024-0.0047 (1 000 rows; 0.0064 / 0.0042 / 0.0047 at
     5 000 rows, so no growth); Gaussian rows of 12 directions in 130 do grow (0.014 at 20 000
@@ -244,7 +244,7 @@ def _start_width(Xc, settings, key, split=False, sample=200):
     kth = _kth_exact(P, rows, k)
     found = _hits(lists[1][rows, :k], kth) / (len(rows) * k)
     miss = (1.0 - found) * (m / PROBE_ROWS) ** PROBE_GROWTH
-    wide = kb if (1.0 - found if split else miss) <= 1.0 - CELL_RECALL else _wider(kb, k, miss)
+    wide = kb if (1.0 - found if projected else miss) <= 1.0 - CELL_RECALL else _wider(kb, k, miss)
     log.debug("kNN cell of %d rows: a probe of %d misses %.3f with lists of %d, the cell %.3f "
               "foreseen: lists of %d", m, PROBE_ROWS, 1.0 - found, kb, miss, wide)
     return wide
