@@ -6,6 +6,7 @@ import pytest
 
 from streamclust.graph import descent as D
 from streamclust.graph import forest as F
+from streamclust.graph import rounds as R
 from streamclust.graph import trees as T
 from streamclust.graph import walk as W
 from streamclust.testing import make_blobs
@@ -29,7 +30,7 @@ def test_descent_finds_the_exact_neighbours():
     X = np.ascontiguousarray(X, dtype=np.float32)
     lists = _lists(2000, 12)
     D.random_init(X[:2000], lists, 0, 7)
-    D.descent(X[:2000], lists, (24, 50, 0.001, 7))
+    R.descent(X[:2000], lists, (24, 50, 0.001, 7))
     ids, d2, _ = lists
     exact, _ = _exact(X[:2000], X[:2000], 10, np.arange(2000))
     assert _recall(ids[:, :10], exact) >= 0.99
@@ -46,7 +47,7 @@ def test_rows_joining_a_built_cell_find_their_neighbours_and_old_lists_only_impr
     mo, k = 5000, 12
     lists = _lists(mo, k)
     D.random_init(X[:mo], lists, 0, 7)
-    D.descent(X[:mo], lists, (24, 50, 0.001, 7))
+    R.descent(X[:mo], lists, (24, 50, 0.001, 7))
     old_ids, old_d2 = lists[0].copy(), lists[1].copy()
     starts = T.tree_starts(X, mo, (2, 64, 4, 3))
     assert starts.shape == (1000, 8) and (starts >= 0).all() and (starts < mo).all()
@@ -79,7 +80,7 @@ def test_walk_finds_the_nearest_rows_and_a_bound_drops_only_farther_ones():
     cell, Q = X[:2000], X[2000:]
     lists = _lists(2000, 12)
     D.random_init(cell, lists, 0, 3)
-    D.descent(cell, lists, (24, 50, 0.001, 3))
+    R.descent(cell, lists, (24, 50, 0.001, 3))
     graph = W.search_graph(lists[0], 6)
     E = cell[::20]
     starts = (np.arange(0, 2000, 20)[W.nearest_entries(E, (E * E).sum(1), Q, 8)]).astype(np.int32)
@@ -125,7 +126,7 @@ def test_the_projected_lower_bound_leaves_the_walk_as_it_is():
     P = np.ascontiguousarray(cell @ V.T)
     T.forest_init(cell, lists, (4, 60, 1))
     D.random_init(cell, lists, 0, 3)
-    D.descent(cell, lists, (24, 50, 0.001, 3))
+    R.descent(cell, lists, (24, 50, 0.001, 3))
     assert _recall(lists[0][:, :10], _brute(cell, cell, 10, own=True)) >= 0.98
     graph = W.search_graph(lists[0], 6)
     E = cell[::25]
@@ -166,13 +167,12 @@ def test_forest_init_joins_every_pair_of_every_leaf_as_one_by_one():
     assert (lists[0] >= 0).all()
 
 
-def test_descent_in_rounds_on_several_threads_finds_the_neighbours_as_one_thread_does():
-    """NN-descent in rounds (a large cell on every thread): the exact neighbours as the
-    one-thread descent finds them, distances kept as the rows', and the same lists on one and
-    on two threads (rounds of a fixed size: the threads only split the work)."""
+def test_descent_in_rounds_on_several_threads_gives_the_lists_of_one_thread():
+    """NN-descent in rounds on every thread (a large cell): the exact neighbours, distances kept
+    as the rows', and the same lists to the bit on one and on two threads as the one-thread
+    kernel of cells built side by side (``rounds.descent``; rounds of a fixed size: the
+    threads only split the work)."""
     import numba
-
-    from streamclust.graph import rounds as R
     X, _ = make_blobs(n=6000, k=6, d=8, seed=1, spread=1.5)
     X = np.ascontiguousarray(X, dtype=np.float32)
     exact, _ = _exact(X, X, 10, np.arange(len(X)))
@@ -187,12 +187,17 @@ def test_descent_in_rounds_on_several_threads_finds_the_neighbours_as_one_thread
             got.append(lists)
     finally:
         numba.set_num_threads(before)
+    lists = _lists(len(X), 12)
+    D.random_init(X, lists, 0, 7)
+    assert R.descent(X, lists, (24, 50, 0.001, 7)) == its
+    got.append(lists)
     ids, d2, _ = got[0]
     assert 1 < its < 50 and _recall(ids[:, :10], exact) >= 0.99
     np.testing.assert_allclose(d2, ((X[:, None, :] - X[ids]) ** 2).sum(2), rtol=1e-4, atol=1e-4)
     assert (np.diff(d2, axis=1) >= 0).all()
-    np.testing.assert_array_equal(got[0][0], got[1][0])
-    np.testing.assert_array_equal(got[0][1], got[1][1])
+    for other in got[1:]:
+        for a, b in zip(got[0], other):
+            np.testing.assert_array_equal(a, b)
     assert R.round_shape(24)[0] * R.ROUND_BLOCKS < len(X)  # several rounds an iteration
 
 
@@ -201,7 +206,6 @@ def test_the_forest_on_several_threads_gives_the_lists_of_one():
     ``trees.forest_init`` to the bit, narrow rows and wide ones, and wide ones whose trees split
     other rows (``split``, as ``trees.split_rows``' projection): the leaves of those, the
     distances of the rows themselves."""
-    from streamclust.graph import rounds as R
     rng = np.random.default_rng(4)
     Z, _ = make_blobs(n=5000, k=6, d=8, seed=3, spread=1.5)
     W = Z @ rng.normal(size=(8, 200)) + 0.05 * rng.normal(size=(5000, 200))
@@ -225,7 +229,6 @@ def test_leaves_joined_past_pairs_their_projection_puts_beyond_both_lists_keep_t
     (``descent.join_near``): the lists of joining every pair of the same leaves, to the bit,
     on one thread and on all; rows whose directions hold most of their spread (16 of 200) and
     rows spread in every direction."""
-    from streamclust.graph import rounds as R
     rng = np.random.default_rng(8)
     m = 6000
     tight = (rng.normal(size=(m, 16)) @ rng.normal(size=(16, 200))
@@ -256,7 +259,7 @@ def test_a_cell_with_leading_directions_chooses_the_starts_of_full_width():
     mo = 2500
     lists = _lists(mo, 12)
     D.random_init(X[:mo], lists, 0, 3)
-    D.descent(X[:mo], lists, (24, 50, 0.001, 3))
+    R.descent(X[:mo], lists, (24, 50, 0.001, 3))
     search = W.CellSearch(X[:mo], (np.arange(mo), lists[0], lists[1]),
                           dict(entries=256, ef=24, seed=0), 0)
     assert search.basis is not None and search.P.shape == (mo, W.BOUND_DIMS)

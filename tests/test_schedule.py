@@ -61,7 +61,7 @@ def test_a_build_of_three_cells_on_two_threads_runs_the_largest_alone_first(tmp_
     """Three blobs of ~1 000 rows, three cells, two threads, rounds allowed from 500 rows: the
     largest cell is built first on both threads, then the other two side by side on one each
     (a pool of three would leave a thread waiting through the last); the graph holds brute
-    force's neighbours."""
+    force's neighbours, and is the graph of all three built side by side, to the bit."""
     from streamclust.graph import build
     rng = np.random.default_rng(5)
     X = np.concatenate([rng.normal(size=(m, 12)) + 40.0 * c
@@ -89,6 +89,13 @@ def test_a_build_of_three_cells_on_two_threads_runs_the_largest_alone_first(tmp_
     np.fill_diagonal(d, np.inf)
     exact = np.argsort(d, 1)[:, :10]
     assert np.mean([len(set(a) & set(b)) for a, b in zip(g.ids, exact)]) / 10 >= 0.99
+    monkeypatch.setattr(build, "ROUNDS_MIN_ROWS", 10 ** 9)
+    calls.clear()
+    side = streamclust.knn_graph(X, 10, work_dir=str(tmp_path / "side"), cell_rows=1000,
+                                 min_cell_rows=100, threads=2)
+    assert all(c[1] == 1 for c in calls) and len(calls) == 3
+    np.testing.assert_array_equal(g.ids, side.ids)
+    np.testing.assert_array_equal(g.distances, side.distances)
 
 
 def test_searches_of_the_busiest_cells_shared_by_every_thread_give_the_same_graph(tmp_path,

@@ -25,14 +25,15 @@ def build_cell(source, directory, c, lists, settings, batch_size, kq, extend=Fal
                threads=1):
     """Task: cell ``c``'s graph by NN-descent over its rows (``lists``: the bucket file and the
     range of it holding them; with ``extend`` they join the cell's saved graph, whose rows'
-    lists are kept and only improved), single-threaded so that it is a function of the rows
-    and the seed.  With ``reference_rows`` only the rows of the reference sample are indexed
-    (the others are searched in the graph by :func:`.searches.search_own`, in parts).  Writes
+    lists are kept and only improved), a function of the rows and the seed.  With
+    ``reference_rows`` only the rows of the reference sample are indexed (the others are
+    searched in the graph by :func:`.searches.search_own`, in parts).  Writes
     the cell's graph files and the ``own`` result files: the ``kq`` nearest cell rows of every
     row the cell holds (``.rows.npy`` says which; with ``extend`` also the old rows whose lists
-    the new rows changed).  ``threads`` > 1: a new cell's NN-descent runs in rounds on numba's
-    threads (:mod:`.rounds`: a large cell that would hold a build up alone)."""
-    from .descent import descent, join_new, random_init
+    the new rows changed).  ``threads`` > 1: a new cell's trees and NN-descent run on numba's
+    threads (:mod:`.rounds`: a large cell that would hold a build up alone), the same graph."""
+    from .descent import join_new, random_init
+    from .rounds import descent
     from .trees import forest_init, split_rows
     X, rows = open_rows(source), bucket_rows(lists)
     add = indexed(directory, settings, rows)
@@ -170,7 +171,8 @@ def _widen(Xc, lists, settings, rng, sample=200, run=None, init=None, split=None
     27 000-row cell of 384-wide embeddings (0.72 with 12) the build took 7.3 s for 0.992 with
     one rebuild at 32, where doubling (12 -> 24 -> 40, each from the shorter lists and random
     rows) took 15 s for 0.998."""
-    from .descent import descent, random_init
+    from .descent import random_init
+    from .rounds import descent
     from .trees import forest_init
     ids, d2, flags = lists
     m, k = len(Xc), settings["k"]
@@ -227,7 +229,8 @@ def _start_width(Xc, settings, key, projected=False, sample=200):
     8.1-12.8 s), where lists of 12 miss 0.0024-0.0047 (1 000 rows; 0.0064 / 0.0042 / 0.0047 at
     5 000 rows, so no growth); Gaussian rows of 12 directions in 130 do grow (0.014 at 20 000
     rows, 0.028 at 100 000, split trees): those are built with 12 and again (:func:`_widen`)."""
-    from .descent import descent, random_init
+    from .descent import random_init
+    from .rounds import descent
     from .trees import forest_init
     m, kb, k = len(Xc), settings["degree"], settings["k"]
     if Xc.shape[1] <= PROBE_MIN_WIDTH or m < 4 * PROBE_ROWS:

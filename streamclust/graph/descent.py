@@ -1,4 +1,5 @@
-"""The kNN graph of one cell by NN-descent.
+"""The kernels of a cell's graph: NN-descent's distances, joins and lists (its iterations:
+:mod:`.rounds`), and rows joining a built cell.
 
 NN-descent (Dong, Moses & Li, WWW 2011; the sampled, flagged form of pynndescent): every row
 starts with the nearest of the rows that share its leaf in a few random-projection trees
@@ -209,85 +210,6 @@ def random_init(X, lists, start, seed):
             t += 1
             if c != r:
                 _push(ids, d2, flags, r, c, _d2(X, r, c))
-
-
-@njit(cache=True, nogil=True)
-def descent(X, lists, params):
-    """NN-descent on the cell rows ``X`` (m × d float32) and their ``lists = (ids, d2, flags)``
-    (m × k: int32 local ids, float32 squared distances ascending, uint8 1 = new); ``params =
-    (max_candidates, max_iterations, delta, seed)``.  Returns the iterations run."""
-    ids, d2, flags = lists
-    mc, max_it, delta, seed = params
-    m, k = ids.shape
-    np.random.seed(seed)
-    new = np.empty((m, mc), np.int32)
-    old = np.empty((m, mc), np.int32)
-    pn = np.empty((m, mc), np.float32)
-    po = np.empty((m, mc), np.float32)
-    for it in range(max_it):
-        _candidates(lists, (new, old, pn, po))
-        changed = 0
-        for r in range(m):
-            changed += _join_row(X, lists, new[r], old[r])
-        if changed <= delta * k * m:
-            return it + 1
-    return max_it
-
-
-@njit(cache=True, nogil=True)
-def _candidates(lists, cand):
-    """Each row's new and old candidates, sampled from its list and its reverse edges into
-    ``cand = (new, old, new priorities, old priorities)``; the new entries sampled are flagged
-    old from then on."""
-    ids, d2, flags = lists
-    new, old, pn, po = cand
-    m, k = ids.shape
-    mc = new.shape[1]
-    new[:] = -1
-    old[:] = -1
-    for r in range(m):
-        for t in range(k):
-            c = ids[r, t]
-            if c >= 0 and flags[r, t]:
-                p = np.float32(np.random.random())
-                _sample(new, pn, r, c, p)
-                _sample(new, pn, c, r, p)
-    for r in range(m):  # old candidates matter only beside new ones (most rows, late on)
-        for t in range(k):
-            c = ids[r, t]
-            if c < 0 or flags[r, t] or (new[r, 0] < 0 and new[c, 0] < 0):
-                continue
-            p = np.float32(np.random.random())
-            if new[r, 0] >= 0:
-                _sample(old, po, r, c, p)
-            if new[c, 0] >= 0:
-                _sample(old, po, c, r, p)
-    for r in range(m):
-        for t in range(k):
-            c = ids[r, t]
-            if c < 0 or not flags[r, t]:
-                continue
-            for u in range(mc):
-                if new[r, u] == c:
-                    flags[r, t] = 0
-                    break
-
-
-@njit(cache=True, nogil=True)
-def _join_row(X, lists, new, old):
-    """One row's local join: every new candidate against the later new ones and the old ones,
-    four distances at a time; returns the list entries changed.  Long candidate lists too:
-    through the candidates' Gram matrix (one BLAS product, pairs beyond both lists skipped: the
-    same lists; removed 12-07) a 133 000-row cloud of 384-wide embeddings with lists of 33 and
-    66 candidates took 42.7-44.2 s against 28.8 s here (lists of 38: 48.7-51.5 against
-    33.9-34.9 s)."""
-    mc = new.shape[0]
-    qs = np.empty(2 * mc, np.int64)
-    changed = 0
-    for a in range(mc):
-        if new[a] >= 0:
-            changed += _join_many(X, lists, new[a], qs, partners(new, old, a, qs))
-    return changed
 
 
 @njit(cache=True, nogil=True)
