@@ -102,9 +102,9 @@ def check_batches(limit: int, batch_size: int, n_features: int) -> int:
 def cell_row_bytes(n_features: int, degree: int, k: int, max_candidates: int = 0,
                    M: int = 16) -> int:
     """One row of a kNN cell in memory, the larger of its NN-descent build (its features
-    gathered, its list and flags, two candidate lists, the search graph with reverse edges) and
-    its hnswlib index for queries (features, links, label); with its answers while merging
-    (``k`` neighbours: pass 2k for appending).  Rows wider than 128 also hold their coordinates
+    gathered, its list and flags, two candidate lists, its reverse entries or, later, the search
+    graph with reverse edges) and its hnswlib index for queries (features, links, label); with
+    its answers while merging (``k`` neighbours: pass 2k for appending).  Rows wider than 128 also hold their coordinates
     in 64 of the cell's principal directions (the walks' lower bound)."""
     mc = max_candidates or 2 * degree
     projected = 4 * 64 if n_features > 128 else 0
