@@ -104,8 +104,9 @@ def cell_row_bytes(n_features: int, degree: int, k: int, max_candidates: int = 0
     """One row of a kNN cell in memory, the larger of its NN-descent build (its features
     gathered, its list and flags, two candidate lists, its reverse entries or, later, the search
     graph with reverse edges) and its hnswlib index for queries (features, links, label); with
-    its answers while merging (``k`` neighbours: pass 2k for appending).  Rows wider than 128 also hold their coordinates
-    in 64 of the cell's principal directions (the walks' lower bound)."""
+    its answers while merging (``k`` neighbours: pass 2k for appending).  Rows wider than 128
+    also hold their coordinates in 64 of the cell's principal directions (the walks' lower
+    bound)."""
     mc = max_candidates or 2 * degree
     projected = 4 * 64 if n_features > 128 else 0
     descent = 4 * n_features + projected + 9 * degree + 16 * mc + 8 * degree + 16
