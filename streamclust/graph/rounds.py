@@ -32,12 +32,13 @@ ROUND_PAIRS = 1 << 22
 ROUND_BLOCKS = 64
 
 
-def round_shape(mc: int) -> tuple[int, int]:
-    """(rows a block, pairs a block holds at most) for candidate lists of ``mc``: every pair of
-    a row's new candidates and each new against each old one."""
+@nb.njit(cache=True, nogil=True)
+def round_shape(mc):
+    """(rows a block, pairs a row and a block hold at most) for candidate lists of ``mc``: every
+    pair of a row's new candidates and each new against each old one."""
     per_row = mc * (mc - 1) // 2 + mc * mc
     rows = max(1, ROUND_PAIRS // (ROUND_BLOCKS * per_row))
-    return rows, rows * per_row
+    return rows, per_row, rows * per_row
 
 
 @nb.njit(cache=True, nogil=True)
@@ -223,8 +224,8 @@ def descent(X, lists, params):
     ids = lists[0]
     mc, max_it, delta, seed = params
     m, k = ids.shape
-    per_row = mc * (mc - 1) // 2 + mc * mc
-    step = max(1, ROUND_PAIRS // (ROUND_BLOCKS * per_row)) * ROUND_BLOCKS  # as in rounds
+    rows, per_row, _ = round_shape(mc)
+    step = rows * ROUND_BLOCKS  # as on all threads
     cand = (np.empty((m, mc), np.int32), np.empty((m, mc), np.int32),
             np.empty((m, mc), np.float32), np.empty((m, mc), np.float32))
     rev = (np.empty(m + 1, np.int64), np.empty(m * k, np.int64))
@@ -262,7 +263,7 @@ def _grown(buf, n):
 
 def proposals(mc: int):
     """The arrays :func:`descent_rounds` holds a round's proposals in."""
-    rows, cap = round_shape(mc)
+    _, _, cap = round_shape(mc)
     return (np.empty((ROUND_BLOCKS, cap), np.int32), np.empty((ROUND_BLOCKS, cap), np.int32),
             np.empty((ROUND_BLOCKS, cap), np.float32), np.zeros(ROUND_BLOCKS, np.int64))
 
