@@ -587,7 +587,7 @@ def test_the_recall_check_takes_the_exact_kth_distance_from_float32_candidates()
     with rows far from the origin, near copies and exact ties; so does it when it measures only
     the rows whose distance in an orthonormal projection can be within a bound of the k-th (a
     list's, as float32 holds it, or none)."""
-    from streamclust.graph.cellbuild import _kth_exact
+    from streamclust.graph.exact import kth as _kth_exact
     rng = np.random.default_rng(9)
     X = (rng.normal(size=(3000, 150)) + 20.0 * rng.normal(size=(1, 150))).astype(np.float32)
     X[:2997:9] = X[3::9] + np.float32(2e-3)  # neighbours far nearer than the norms
@@ -612,6 +612,30 @@ def test_the_recall_check_takes_the_exact_kth_distance_from_float32_candidates()
             ub[::7] = np.inf
             np.testing.assert_allclose(_kth_exact(X, rows, k, chunk=700, near=(P, ub)), exact,
                                        rtol=1e-9, atol=1e-9)
+
+
+def test_the_recall_check_holds_a_chunk_of_pairs_not_every_pair_at_once():
+    """Where a projection bounds little (4 directions of 96, no list's k-th known), every row
+    passes for every sample row: 600 000 pairs.  The check measures them a chunk at a time,
+    as brute force says, holding a small share of the pairs' rows (float64, 460 MB for all)."""
+    import tracemalloc
+    from streamclust.graph.exact import kth
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(6000, 96)).astype(np.float32)
+    rows = np.sort(rng.choice(6000, 100, replace=False))
+    V = np.linalg.qr(rng.normal(size=(96, 4)))[0].astype(np.float32)
+    P = np.ascontiguousarray(X @ V)
+    ub = np.full(100, np.inf, np.float32)
+    Y = X.astype(np.float64)
+    d = ((Y[rows, None, :] - Y[None, :, :]) ** 2).sum(2)
+    d[np.arange(100), rows] = np.inf
+    kth(X[:50], rows[:2] % 50, 3, chunk=20, near=(P[:50], ub[:2]))  # (compiled before measured)
+    tracemalloc.start()
+    got = kth(X, rows, 10, chunk=1000, near=(P, ub))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    np.testing.assert_allclose(got, np.sort(d, 1)[:, 9], rtol=1e-9)
+    assert peak < 100 * 6000 * 96 * 8 / 20, peak
 
 
 def test_a_probe_starts_a_wide_cell_of_many_dimensions_with_long_lists(tmp_path, caplog):
@@ -726,11 +750,11 @@ def test_a_widening_the_list_cap_leaves_under_four_entries_is_not_built(monkeypa
     """A cell whose sample finds too few of its k nearest is built again with longer lists, at
     least 4 entries more and at most 4k: where 4k leaves fewer than 4 (37-39 of 40) the cell is
     kept as it is rather than built again for 1-3 entries."""
-    from streamclust.graph import cellbuild, trees
+    from streamclust.graph import cellbuild, exact, trees
     builds = []
     monkeypatch.setattr(trees, "forest_init",
                         lambda X, lists, p, split=None: builds.append(lists[0].shape[1]))
-    monkeypatch.setattr(cellbuild, "_hits", lambda d2, kth: 0)  # nothing found: widen
+    monkeypatch.setattr(exact, "hits", lambda d2, kth: 0)  # nothing found: widen
     X = np.random.default_rng(0).normal(size=(300, 8)).astype(np.float32)
     lists = (np.zeros((300, width), np.int32), np.zeros((300, width), np.float32),
              np.zeros((300, width), np.uint8))

@@ -12,6 +12,7 @@ import time
 import numpy as np
 
 from ..base.atomic import atomic_path
+from . import exact
 from .files import (bucket_rows, cell_path, graph_paths, indexed, load_graph, open_rows,
                     partial_cell_path,
                     result_paths, rows_path)
@@ -178,11 +179,11 @@ def _widen(Xc, lists, settings, rng, sample=200, run=None, init=None, split=None
     m, k = len(Xc), settings["k"]
     rows = np.sort(rng.choice(m, min(m, sample), replace=False))
     kx = min(k, m - 1)  # (the lists' k-th bounds it: only rows near in the projection measured)
-    kth = _kth_exact(Xc, rows, kx) if split is None or kx > d2.shape[1] else \
-        _kth_exact(Xc, rows, kx, near=(split, d2[rows, kx - 1]))
+    kth = exact.kth(Xc, rows, kx) if split is None or kx > d2.shape[1] else \
+        exact.kth(Xc, rows, kx, near=(split, d2[rows, kx - 1]))
     while True:
         kk = min(k, ids.shape[1])
-        found = _hits(d2[rows, :kk], kth) / (len(rows) * min(k, m - 1))
+        found = exact.hits(d2[rows, :kk], kth) / (len(rows) * min(k, m - 1))
         if found >= CELL_RECALL or ids.shape[1] >= WIDEST * k or ids.shape[1] >= m - 1:
             return ids, d2
         w = _wider(ids.shape[1], k, 1.0 - found)
@@ -244,8 +245,8 @@ def _start_width(Xc, settings, key, projected=False, sample=200):
     random_init(P, lists, 0, seed)
     descent(P, lists, (settings["max_candidates"], 50, 0.001, seed))
     rows = np.sort(rng.choice(PROBE_ROWS, sample, replace=False))
-    kth = _kth_exact(P, rows, k)
-    found = _hits(lists[1][rows, :k], kth) / (len(rows) * k)
+    kth = exact.kth(P, rows, k)
+    found = exact.hits(lists[1][rows, :k], kth) / (len(rows) * k)
     miss = (1.0 - found) * (m / PROBE_ROWS) ** PROBE_GROWTH
     wide = kb if (1.0 - found if projected else miss) <= 1.0 - CELL_RECALL else _wider(kb, k, miss)
     log.debug("kNN cell of %d rows: a probe of %d misses %.3f with lists of %d, the cell %.3f "
@@ -258,93 +259,6 @@ def _wider(width, k, miss):
     :data:`WIDEN_MISS`: at least 4 entries more, at most 4k."""
     more = k * np.log(max(miss, WIDEN_MISS) / WIDEN_MISS) / WIDEN_SLOPE
     return int(min(WIDEST * k, max(width + 4, width + np.ceil(more))))
-
-
-def _hits(d2, kth) -> int:
-    """The entries of ``d2`` (a sample's lists) within rounding of their rows' exact k-th
-    nearest distance ``kth``: how many of the k nearest the lists found."""
-    return int((d2 <= kth[:, None] * (1 + 1e-4) + 1e-6).sum())
-
-
-def _kth_exact(Xc, rows, k, chunk=8192, near=None):
-    """The exact squared distance of each of ``rows`` to its k-th nearest other row of ``Xc``,
-    by BLAS over column chunks (a few MB at a time, whatever the cell's size): float32 products
-    keep, per row, every row within their rounding bound of its k-th so far (a superset of its
-    k nearest), and float64 decides among those (half the time of float64 products for all).
-    ``near = (P, ub)``: the rows ``Xc`` in orthonormal directions (:func:`.trees.split_rows`)
-    and, per row of ``rows``, a squared distance to k other rows at most (its list's k-th): then
-    only rows whose distance in ``P``, a lower bound, is within ``ub`` are measured, the same
-    answer (:func:`_within`; a 150 000-row cell of the 1M digits 784 wide, 200 rows:
-    0.69-0.88 -> 0.20 s)."""
-    S = np.ascontiguousarray(Xc[rows], dtype=np.float32)
-    S64 = S.astype(np.float64)
-    s_sq = (S64 * S64).sum(1)
-    # bound on the float32 distance's error, both sides: (d + 8) units of roundoff (|s| + |b|)²
-    u = 2.0 * (Xc.shape[1] + 8) * 2.0 ** -24
-    if near is not None:
-        r, c = _within(Xc, rows, near, u, chunk)
-        return _kth_of(Xc, rows, k, (S64, s_sq), r, c)
-    best = np.full((len(rows), 0), np.inf, np.float32)
-    cand_r, cand_c = [], []
-    for a in range(0, len(Xc), chunk):
-        B = np.asarray(Xc[a:a + chunk], dtype=np.float32)
-        b_sq = (B * B).sum(1)
-        D = s_sq.astype(np.float32)[:, None] - 2.0 * (S @ B.T) + b_sq[None, :]
-        own = (rows >= a) & (rows < a + len(B))
-        D[np.flatnonzero(own), rows[own] - a] = np.inf
-        best = np.concatenate([best, D], axis=1)
-        if best.shape[1] > k:
-            best = np.partition(best, k - 1, axis=1)[:, :k]
-        kth = best.max(1) if best.shape[1] >= k else np.full(len(rows), np.inf, np.float32)
-        margin = u * (np.sqrt(s_sq) + np.sqrt(b_sq.max())) ** 2
-        r, c = np.nonzero(D <= (kth + margin)[:, None])
-        cand_r.append(r)
-        cand_c.append(c + a)
-    return _kth_of(Xc, rows, k, (S64, s_sq), np.concatenate(cand_r), np.concatenate(cand_c))
-
-
-def _kth_of(Xc, rows, k, S, r, c):
-    """The k-th smallest float64 squared distance of each of ``rows`` (``S``: their float64
-    values and squared norms) among the candidate pairs ``(r, c)`` (positions in ``rows``,
-    rows of ``Xc``): every row's k nearest among them."""
-    S64, s_sq = S
-    B = np.asarray(Xc[c], dtype=np.float64)
-    d = s_sq[r] - 2.0 * np.einsum("ij,ij->i", S64[r], B) + (B * B).sum(1)
-    order = np.lexsort((d, r))
-    r, d = r[order], d[order]
-    first = np.searchsorted(r, np.arange(len(rows)))
-    return d[first + k - 1]
-
-
-def _within(Xc, rows, near, u, chunk):
-    """The pairs ``(r, c)`` (positions in ``rows``, other rows of ``Xc``) whose distance in the
-    projection ``P`` can be within ``ub`` (``near = (P, ub)``; ``u``: the full distance's unit
-    of rounding, which ``ub`` carries).  ``P = Xc @ V.T`` in float32 holds each value within
-    ``d · 2⁻²⁴ · |x|`` (orthonormal ``V``), so a pair's true distance is at least ``(√D − 8 e)²``,
-    ``D`` its projected one as computed less that computation's rounding bound and ``e = d ·
-    2⁻²⁴ · (|x| + |y|)`` (8: the root of 64 directions): a pair is kept unless ``D`` puts that
-    beyond ``ub``, with the largest ``|y|`` and ``|y|²`` of the cell (every row of a k nearest
-    passes)."""
-    P, ub = near
-    d, w = Xc.shape[1], P.shape[1]
-    SP = np.asarray(P[rows], dtype=np.float32)
-    sp_sq = (SP * SP).sum(1)
-    p_sq_max = float(np.einsum("ij,ij->i", P, P).max())
-    x_max = 1.001 * float(np.sqrt(np.einsum("ij,ij->i", Xc, Xc).max()))  # (float32's rounding)
-    norm = np.sqrt((np.asarray(Xc[rows], np.float64) ** 2).sum(1))
-    e = (8.0 * d * 2.0 ** -24) * (norm + x_max)
-    reach = np.sqrt(np.asarray(ub, np.float64) * (1.0 + u)) + e
-    reach = reach * reach + 2.0 * (w + 8) * 2.0 ** -24 * (np.sqrt(sp_sq) + np.sqrt(p_sq_max)) ** 2
-    reach = reach.astype(np.float32)[:, None]
-    cand_r, cand_c = [], []
-    for a in range(0, len(P), chunk):
-        B = np.asarray(P[a:a + chunk], dtype=np.float32)
-        D = sp_sq[:, None] - 2.0 * (SP @ B.T) + (B * B).sum(1)[None, :]
-        r, c = np.nonzero(D <= reach)
-        other = rows[r] != c + a  # (reach may be inf)
-        cand_r.append(r[other])
-        cand_c.append(c[other] + a)
-    return np.concatenate(cand_r), np.concatenate(cand_c)
 
 
 def _answers(own, kq, paths):
