@@ -39,6 +39,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # _common, jobs
 from _common import PEER_THREADS, build_note, pynndescent_ids, table  # noqa: E402
 from _common import drop_own, exact_sample, recall, run  # noqa: E402
+from streamclust.base.memory import parse_bytes  # noqa: E402
 
 
 def cache_rows(work):
@@ -100,6 +101,9 @@ def graph(a, root):
         note = f"{len(meta['cells'])} cells, {meta['probes'] / n:.2f} probes/row"
         if first[0] != n:
             note += f"; {sec / first[1]:.2f}x the time of {first[0]} rows"
+        if "--memory-limit" in a.extra:  # a peak over the limit is a bug of the plan
+            share = mib * 2 ** 20 / parse_bytes(a.extra[a.extra.index("--memory-limit") + 1])
+            note += f"; peak {share:.2f} of --memory-limit" + (" (OVER)" if share > 1 else "")
         rows.append(["streamclust", f"{n} x {d}", f"{sec:.1f}", *recalls(ids), f"{mib:.0f}", note])
         print(*rows[-1], flush=True)
         for name in [p for p in a.peers.split(",") if p]:
