@@ -72,7 +72,7 @@ def _propose(X, lists, cand, lo, hi, out):
     d2, count = lists[1], out[3]
     new, old = cand[0], cand[1]
     mc = new.shape[1]
-    per_row = mc * (mc - 1) // 2 + mc * mc
+    per_row = round_shape(mc)[1]
     rows = out[0].shape[1] // per_row
     blocks = (hi - lo + rows - 1) // rows
     for b in nb.prange(blocks):
