@@ -581,6 +581,27 @@ def test_cells_of_many_dimensions_widen_their_lists_to_the_recall_target(tmp_pat
     assert _recall(narrow.ids, ids) < 0.9
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_a_cell_read_on_every_thread_holds_the_rows_numpy_indexes(tmp_path, dtype):
+    """A cell built or searched alone gathers its rows on numba's threads: from the cache's
+    memory map (float16 widened, or float32) and from rows in memory, in any order and with
+    repeats, the rows numpy's fancy index gives, as contiguous float32."""
+    from streamclust.data.cache import open_cache_file
+    from streamclust.graph.files import read_rows
+    rng = np.random.default_rng(4)
+    A = rng.normal(size=(5000, 37)).astype(dtype)
+    path = str(tmp_path / ("rows.f16" if dtype == np.float16 else "rows.f32"))
+    A.tofile(path)
+    X = open_cache_file(path, 5000, 37)
+    ids = np.concatenate([rng.permutation(5000)[:3000], [7, 7, 4999, 0]])
+    for source in (X, np.asarray(A, np.float32)):
+        want = np.asarray(source[ids], dtype=np.float32)
+        for threads in (1, 2):
+            got = read_rows(source, ids, threads)
+            assert got.dtype == np.float32 and got.flags.c_contiguous
+            np.testing.assert_array_equal(got, want)
+
+
 def test_the_recall_check_takes_the_exact_kth_distance_from_float32_candidates():
     """``_kth_exact`` (the cells' recall check) keeps float32 candidates within their rounding
     bound and decides in float64: equal to float64 brute force over every row, across chunks,

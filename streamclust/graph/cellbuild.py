@@ -14,7 +14,7 @@ import numpy as np
 from ..base.atomic import atomic_path
 from . import exact
 from .files import (bucket_rows, cell_path, graph_paths, indexed, load_graph, open_rows,
-                    partial_cell_path,
+                    partial_cell_path, read_rows,
                     result_paths, rows_path)
 from .trees import forest, locality_order, tree_starts
 from .walk import CellSearch, search_graph
@@ -46,12 +46,12 @@ def build_cell(source, directory, c, lists, settings, batch_size, kq, extend=Fal
         old_rows, old_ids, old_d2 = np.zeros(0, np.int64), np.zeros((0, kb), np.int32), None
     mo = len(old_rows)
     t0 = time.perf_counter()
-    fresh = np.asarray(X[add], dtype=np.float32)  # read in row order, then placed near each other
+    fresh = read_rows(X, add, threads)  # read in row order, then placed near each other
     order = locality_order(fresh, [settings["seed"], c, mo])
     add = add[order]
     members = np.concatenate([old_rows, add]).astype(np.int64)
     Xc = np.concatenate([np.asarray(X[old_rows], dtype=np.float32), fresh[order]]) if mo else \
-        np.ascontiguousarray(fresh[order])
+        read_rows(fresh, order, threads)
     del fresh
     m = len(members)
     t1 = time.perf_counter()

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..base.atomic import atomic_path
 from .files import (HEADER_LOCK, assign_path, bucket_rows, centres_path, indexed, load_graph,
-                    open_rows, result_paths, rows_path)
+                    open_rows, read_rows, result_paths, rows_path)
 from .walk import CellSearch
 
 log = logging.getLogger("streamclust")
@@ -77,7 +77,7 @@ def search_cell(source, directory, c, lists, settings, batch_size, kq, progress=
         assigned = np.load(assign_path(directory), mmap_mode="r")
     # a cell built with long lists (a cloud of many dimensions) is walked as broadly
     settings = dict(settings, ef=max(settings["ef"], LIST_EF * cell[1].shape[1]))
-    s = CellSearch(np.ascontiguousarray(X[cell[0]], dtype=np.float32), cell, settings, c, centres)
+    s = CellSearch(read_rows(X, cell[0], threads), cell, settings, c, centres)
 
     def query(Q, r, k, b):
         return s.query(Q, r, k, b, src=np.asarray(assigned[r]))
