@@ -603,7 +603,7 @@ def test_a_cell_read_on_every_thread_holds_the_rows_numpy_indexes(tmp_path, dtyp
 
 
 def test_the_recall_check_takes_the_exact_kth_distance_from_float32_candidates():
-    """``_kth_exact`` (the cells' recall check) keeps float32 candidates within their rounding
+    """``exact.kth`` (the cells' recall check) keeps float32 candidates within their rounding
     bound and decides in float64: equal to float64 brute force over every row, across chunks,
     with rows far from the origin, near copies and exact ties; so does it when it measures only
     the rows whose distance in an orthonormal projection can be within a bound of the k-th (a

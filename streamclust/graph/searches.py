@@ -104,7 +104,7 @@ def search_own(source, directory, c, lists, settings, batch_size, kq, part, prog
     s = None
     if len(searched):  # (a part may hold sampled rows only)
         cell = load_graph(directory, c)
-        s = CellSearch(np.ascontiguousarray(X[cell[0]], dtype=np.float32), cell, settings, c)
+        s = CellSearch(read_rows(X, cell[0]), cell, settings, c)
     with atomic_path(rows_path(directory, "part", part), suffix=".tmp.npy") as tmp:
         np.save(tmp, searched, allow_pickle=False)
     t1 = time.perf_counter()
