@@ -312,7 +312,9 @@ def report(model_dir, data, out, labels, sample, batch_size, skip_invalid, overw
     from .model.report import write_report
     res = write_report(load_model(model_dir), out, data, labels, sample, batch_size, overwrite,
                        on_invalid="skip" if skip_invalid else "error")
-    click.echo(f"report of {res['rows']} rows in {res['seconds']:.2f} s -> {res['out']}")
+    what = (f"report of {res['rows']} rows" if data is not None else
+            "report of the model alone (parameters and history; give DATA for its clusters)")
+    click.echo(f"{what} in {res['seconds']:.2f} s -> {res['out']}")
 
 
 for _command in (cli_explore.sweep, cli_explore.graph, cli_explore.plugins, cli_explore.info):

@@ -61,6 +61,10 @@ def test_report_states_what_the_data_say(tmp_path):
     assert code.exit_code == 1 and "exists" in code.output
     code = CliRunner().invoke(main, ["report", str(tmp_path / "m"), path, "-o", path, "--overwrite"])
     assert code.exit_code == 1 and "is an input file" in code.output
+    # without DATA the page holds the model alone, and says so (not "0 rows")
+    code = CliRunner().invoke(main, ["report", str(tmp_path / "m"), "-o", str(tmp_path / "alone.html")])
+    assert code.exit_code == 0 and "the model alone" in code.output and "0 rows" not in code.output
+    assert open(str(tmp_path / "alone.html"), encoding="utf-8").read().count("<svg") == 1
 
 
 @pytest.mark.parametrize("algo,k,kw", [("dgmm", 3, {}), ("slk", 3, {"n_neighbors": 5}),
