@@ -118,8 +118,10 @@ SEEDLESS = {"ism", "infex"}
 #: was (0.9998, graph seeds 0-4) but break its copies' ties otherwise, and seeds 0-4 went
 #: 0.562 -> 0.549, seeds 0-9 0.558 -> 0.524; thirty seeds 0.550 -> 0.544.  SLK's λ grid on
 #: shuttle, the same commits: seeds 0-4 0.541 / 0.505 (median / worst) -> 0.536 / 0.486, seeds
-#: 0-9 0.539 -> 0.513; thirty seeds 0.534 / 0.404 -> 0.535 / 0.413
-MORE_SEEDS = {("ncutemb", "usps"): 10, ("ncutemb", "digits28"): 10, ("ncutemb", "shuttle"): 30,
+#: 0-9 0.539 -> 0.513; thirty seeds 0.534 / 0.404 -> 0.535 / 0.413.  NCutEmb on digits28: its
+#: ACC falls in two groups by seed (0.70-0.77 and 0.81-0.89), so ten seeds' median moved
+#: 0.830 -> 0.798 with the graph; twenty seeds 0.792 before, 0.798 after
+MORE_SEEDS = {("ncutemb", "usps"): 10, ("ncutemb", "digits28"): 20, ("ncutemb", "shuttle"): 30,
               ("slk", "shuttle"): 30}
 
 
