@@ -17,6 +17,13 @@ def shared_data(name):
     return np.load(path, allow_pickle=False)
 
 
+def exact_d2(Q, X):
+    """Squared distances of ``Q``'s rows to ``X``'s by brute force in float64, as a product of
+    the rows (their differences, e.g. 400 × 20 000 × 200, held gigabytes)."""
+    Q, X = np.asarray(Q, np.float64), np.asarray(X, np.float64)
+    return np.maximum((Q * Q).sum(1)[:, None] - 2 * Q @ X.T + (X * X).sum(1)[None], 0)
+
+
 def write_parquet_dir(path, X, y=None, files=3, row_group=50, vector=True):
     """X split over several files with several row groups; ids and labels passed through."""
     os.makedirs(path, exist_ok=True)

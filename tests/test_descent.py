@@ -11,18 +11,12 @@ from streamclust.graph import trees as T
 from streamclust.graph import walk as W
 from streamclust.testing import make_blobs
 
+from conftest import exact_d2
 from leaf_joins import empty_lists as _lists, joined_pair_by_pair
 
 
-def _d2(Q, X):
-    """Squared distances of ``Q``'s rows to ``X``'s in float64, as a product of the rows (their
-    differences, 6 000 × 6 000 × 8 or 500 × 2 500 × 300, held gigabytes and took seconds)."""
-    Q, X = np.asarray(Q, np.float64), np.asarray(X, np.float64)
-    return np.maximum((Q * Q).sum(1)[:, None] - 2 * Q @ X.T + (X * X).sum(1)[None], 0)
-
-
 def _exact(X, Q, k, self_rows=None):
-    d2 = _d2(Q, X)
+    d2 = exact_d2(Q, X)
     if self_rows is not None:
         d2[np.arange(len(Q)), self_rows] = np.inf
     return np.argsort(d2, 1, kind="stable")[:, :k], np.sort(d2, 1)[:, :k]
@@ -95,17 +89,17 @@ def test_walk_finds_the_nearest_rows_and_a_bound_drops_only_farther_ones():
     flat = (cell, np.zeros((2000, 0), np.float32))  # no projection: every row read in full
     Qs = (Q, np.zeros((500, 0), np.float32))
     W.beam_search(flat, graph, starts, Qs, out, 24, np.full(500, np.inf, np.float32))
-    exact, exact_d2 = _exact(cell, Q, 10)
+    exact, exact_sq = _exact(cell, Q, 10)
     assert _recall(out[0], exact) >= 0.98
     # the walk kept within twice the squared 10th distance, as a probe's is: the neighbours are
     # still found; within the 5th distance it finds nothing: it stops at its entries
-    r2 = exact_d2[:, 9].astype(np.float32)
+    r2 = exact_sq[:, 9].astype(np.float32)
     near = (np.empty((500, 10), np.int32), np.empty((500, 10), np.float32))
     W.beam_search(flat, graph, starts, Qs, near, 24, 2 * r2)
     assert _recall(near[0], exact) >= 0.97
     none = (np.empty((500, 10), np.int32), np.empty((500, 10), np.float32))
-    W.beam_search(flat, graph, np.full((500, 1), 0, np.int32), Qs, none, 24, exact_d2[:, 4].astype(np.float32))
-    far = ((Q - cell[0]) ** 2).sum(1) > exact_d2[:, 4] * 1.001  # queries whose only entry lies beyond
+    W.beam_search(flat, graph, np.full((500, 1), 0, np.int32), Qs, none, 24, exact_sq[:, 4].astype(np.float32))
+    far = ((Q - cell[0]) ** 2).sum(1) > exact_sq[:, 4] * 1.001  # queries whose only entry lies beyond
     assert far.sum() > 400 and (none[0][far][:, 1:] == -1).all()
 
 
@@ -274,7 +268,7 @@ def test_a_cell_with_leading_directions_chooses_the_starts_of_full_width():
     search.walk = lambda Q, starts, *a: seen.append(starts.copy()) or walk(Q, starts, *a)
     ids, _ = search.local(X[mo:], 10)
     pick = search._entries[0]
-    d2 = _d2(X[mo:], X[pick])
+    d2 = exact_d2(X[mo:], X[pick])
     want = pick[np.argsort(d2, 1, kind="stable")[:, :8]]
     same = [set(a) == set(b) for a, b in zip(seen[0], want)]
     assert np.mean(same) >= 0.99, np.mean(same)

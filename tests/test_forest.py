@@ -8,6 +8,7 @@ from streamclust.graph import forest as F
 from streamclust.graph import trees as T
 from streamclust.testing import make_blobs
 
+from conftest import exact_d2
 from leaf_joins import empty_lists, joined_pair_by_pair
 
 
@@ -17,11 +18,8 @@ def _rows(n=6000, d=48, seed=2):
 
 
 def _true_pairs(X, k=10, rows=300):
-    """(row, its exact k nearest) for the first ``rows`` rows, by brute force in float64 (a
-    product of the rows, not their differences: those of 400 rows × 20 000 × 200 took 13 GB)."""
-    Y = np.asarray(X, np.float64)
-    sq = (Y * Y).sum(1)
-    d2 = sq[:rows, None] - 2 * Y[:rows] @ Y.T + sq[None]
+    """(row, its exact k nearest) for the first ``rows`` rows, by brute force in float64."""
+    d2 = exact_d2(X[:rows], X)
     d2[np.arange(rows), np.arange(rows)] = np.inf
     return np.argsort(d2, 1)[:, :k]
 

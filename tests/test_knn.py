@@ -11,7 +11,7 @@ from streamclust.cli import main
 from streamclust.errors import DataError, ParameterError
 from streamclust.testing import make_blobs
 
-from conftest import write_parquet_dir
+from conftest import exact_d2, write_parquet_dir
 
 
 def _exact(X, k):
@@ -25,8 +25,7 @@ def _exact(X, k):
 def _exact_of(X, rows, k):
     """The exact k nearest other rows of ``rows`` by float64 brute force over ``X`` (the whole
     matrix of a large ``X`` would not fit)."""
-    Y = X.astype(np.float64)
-    d = (Y[rows] ** 2).sum(1)[:, None] - 2 * Y[rows] @ Y.T + (Y ** 2).sum(1)[None]
+    d = exact_d2(X[rows], X)
     d[np.arange(len(rows)), rows] = np.inf
     return np.argsort(d, 1)[:, :k]
 

@@ -6,6 +6,7 @@ import os
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from conftest import exact_d2
 
 import streamclust
 from streamclust.base.memory import BASELINE, batch_bytes, cell_row_bytes, parse_bytes
@@ -86,8 +87,7 @@ def test_a_small_budget_makes_smaller_cells_and_the_same_quality(tmp_path):
     held = 2 * 2 * meta["cell_rows"] * cell_row_bytes(64, 12, 10)
     assert BASELINE + batch_bytes(1024, 64) + held <= limit
     sample = np.arange(0, 20000, 50)
-    Y = X.astype(np.float64)  # (a product of the rows: their differences held 2 GB)
-    D = (Y[sample] ** 2).sum(1)[:, None] - 2 * Y[sample] @ Y.T + (Y ** 2).sum(1)[None]
+    D = exact_d2(X[sample], X)
     D[np.arange(len(sample)), sample] = np.inf
     exact = np.argsort(D, 1)[:, :5]
     def recall(ids):
