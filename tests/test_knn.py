@@ -15,8 +15,7 @@ from conftest import exact_d2, write_parquet_dir
 
 
 def _exact(X, k):
-    X = X.astype(np.float64)
-    D = (X * X).sum(1)[:, None] + (X * X).sum(1)[None, :] - 2 * X @ X.T
+    D = exact_d2(X, X)
     np.fill_diagonal(D, np.inf)
     ids = np.argsort(D, axis=1, kind="stable")[:, :k]
     return ids, np.sqrt(np.maximum(np.take_along_axis(D, ids, 1), 0))

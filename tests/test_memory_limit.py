@@ -6,13 +6,14 @@ import os
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import exact_d2
 
 import streamclust
 from streamclust.base.memory import BASELINE, batch_bytes, cell_row_bytes, parse_bytes
 from streamclust.cli import main
 from streamclust.errors import ParameterError
 from streamclust.testing import make_blobs
+
+from conftest import exact_d2
 
 
 @pytest.mark.parametrize("text,expected", [("4GB", 4 * 10**9), ("512MiB", 512 * 2**20),
